@@ -1,0 +1,76 @@
+"""hermes-state: SQLAlchemy persistence for agent sessions and their handoff state machine.
+
+Importing the package is cheap: SQLAlchemy, the stores and Alembic load on first use of the
+names that need them.
+"""
+
+from __future__ import annotations
+
+import asyncio  # noqa: F401 - the facade offloads via asyncio.to_thread, looked up at call time
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    DatabaseBusyError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    DiskFullError,
+    HermesStateError,
+    InvalidInputError,
+    InvalidInputTypeError,
+    NotADatabaseError,
+    ReadOnlyDatabaseError,
+    SchemaOutOfDateError,
+    SchemaTooNewError,
+)
+from .facade import AsyncSessionDB
+
+if TYPE_CHECKING:
+    from .aio import NativeAsyncSessionDB
+    from .engine import default_db_path, resolve_url
+    from .models import HandoffState
+    from .repository import UnknownSessionError
+    from .store import SessionDB
+
+__all__ = [
+    "AsyncSessionDB",
+    "DatabaseBusyError",
+    "DatabaseError",
+    "DatabaseUnavailableError",
+    "DiskFullError",
+    "HandoffState",
+    "HermesStateError",
+    "InvalidInputError",
+    "InvalidInputTypeError",
+    "NativeAsyncSessionDB",
+    "NotADatabaseError",
+    "ReadOnlyDatabaseError",
+    "SchemaOutOfDateError",
+    "SchemaTooNewError",
+    "SessionDB",
+    "UnknownSessionError",
+    "default_db_path",
+    "resolve_url",
+]
+
+_LAZY = {
+    "SessionDB": ".store",
+    "NativeAsyncSessionDB": ".aio",
+    "HandoffState": ".models",
+    "UnknownSessionError": ".repository",
+    "default_db_path": ".engine",
+    "resolve_url": ".engine",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hermes_state' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,192 @@
+"""NativeAsyncSessionDB: SessionDB's methods as coroutines on SQLAlchemy's AsyncEngine.
+
+It drives the same plans as the synchronous store (:mod:`hermes_state.repository`), so both
+run identical statements; only the awaiting differs. Drivers: aiosqlite for SQLite, asyncpg
+(or psycopg) for PostgreSQL, aiomysql for MySQL/MariaDB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from . import repository
+from .engine import READ_ONLY, Patience, describe, is_sqlite, make_async_engine, resolve_url
+from .errors import InvalidInputError
+from .execution import WriteConnection, next_retry_delay, outcome_of, raise_translated
+from .models import HandoffState
+from .repository import Body, Plan, Row
+from .schema import bring_current, current_revision
+from .statements import Capabilities
+
+__all__ = ["NativeAsyncSessionDB"]
+
+T = TypeVar("T")
+
+
+async def drive(body: Body[T], connection: AsyncConnection) -> T:
+    """Execute each step a plan yields on ``connection`` and return what the plan returns."""
+    try:
+        step = next(body)
+        while True:
+            result = await connection.execute(step.statement, step.params)
+            step = body.send(outcome_of(result))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+class NativeAsyncSessionDB:
+    """The asyncio twin of :class:`~hermes_state.SessionDB`, with the same method names.
+
+    The schema is checked (and an embedded file upgraded, in a worker thread) on the first
+    call, since a constructor cannot await.
+    """
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        url: str | URL | None = None,
+        busy_patience: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if db_path is not None and url is not None:
+            raise InvalidInputError("give NativeAsyncSessionDB either db_path or url, not both")
+        self.url = resolve_url(url if url is not None else db_path)
+        self.where = describe(self.url)
+        self._engine = make_async_engine(self.url)
+        self._patience = Patience(busy_patience)
+        self._clock = clock
+        self._caps: Capabilities | None = None
+        self._ready_lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"NativeAsyncSessionDB({self.where!r})"
+
+    async def __aenter__(self) -> NativeAsyncSessionDB:
+        await self._ready()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    async def _ready(self) -> Capabilities:
+        if self._caps is not None:
+            return self._caps
+        async with self._ready_lock:
+            if self._caps is None:
+                try:
+                    async with self._engine.connect() as connection:
+                        await connection.execution_options(**{READ_ONLY: True})
+                        revision = await connection.run_sync(current_revision)
+                        await connection.rollback()
+                except Exception as exc:
+                    raise_translated(exc, self.where)
+                    raise
+                await asyncio.to_thread(
+                    bring_current, self.url, revision, auto_upgrade=is_sqlite(self.url)
+                )
+                self._caps = Capabilities.of(self._engine.dialect)
+        return self._caps
+
+    async def _retrying(self, attempt: Callable[[], Any]) -> Any:
+        delays: Iterator[float] | None = None
+        while True:
+            try:
+                return await attempt()
+            except Exception as exc:
+                delays = delays or self._patience.delays(self.where)
+                await asyncio.sleep(next_retry_delay(exc, delays, self.where))
+
+    async def _run(self, plan: Plan[T]) -> T:
+        caps = await self._ready()
+
+        async def attempt() -> T:
+            async with self._engine.connect() as connection:
+                await connection.execution_options(**{READ_ONLY: not plan.writes})
+                async with connection.begin():
+                    return await drive(plan.start(caps), connection)
+
+        result: T = await self._retrying(attempt)
+        return result
+
+    async def _execute_write(self, fn: Callable[[WriteConnection], T]) -> T:
+        """``fn(conn)`` in one write transaction, as in ``SessionDB._execute_write`` (``fn`` is
+        synchronous and runs through ``AsyncConnection.run_sync``)."""
+        await self._ready()
+
+        async def attempt() -> T:
+            async with self._engine.begin() as connection:
+                return await connection.run_sync(lambda sync: fn(WriteConnection(sync)))
+
+        result: T = await self._retrying(attempt)
+        return result
+
+    # -- sessions and transcript ---------------------------------------------------------------
+
+    async def create_session(self, session_id: str, source: str, **fields: Any) -> str:
+        return await self._run(
+            repository.create_session(session_id, source, fields, now=self._clock())
+        )
+
+    async def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
+        return await self.create_session(session_id, source, **fields)
+
+    async def append_message(self, session_id: str, role: str, content: str | None) -> int:
+        return await self._run(
+            repository.append_message(session_id, role, content, now=self._clock())
+        )
+
+    async def get_messages(self, session_id: str) -> list[Row]:
+        return await self._run(repository.get_messages(session_id))
+
+    # -- handoff transitions ------------------------------------------------------------------
+
+    async def request_handoff(self, session_id: str, platform: str) -> bool:
+        return await self._run(repository.request_handoff(session_id, platform, now=self._clock()))
+
+    async def claim_handoff(self, session_id: str) -> bool:
+        return await self._run(repository.claim_handoff(session_id, now=self._clock()))
+
+    async def complete_handoff(self, session_id: str) -> bool:
+        return await self._run(repository.complete_handoff(session_id, now=self._clock()))
+
+    async def fail_handoff(
+        self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
+    ) -> bool:
+        return await self._run(
+            repository.fail_handoff(session_id, error, only_states=only_states, now=self._clock())
+        )
+
+    async def reclaim_stale_running_handoffs(self, error: object) -> list[str]:
+        return await self._run(repository.reclaim_stale_running_handoffs(error, now=self._clock()))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def list_pending_handoffs(self) -> list[Row]:
+        return await self._run(repository.list_handoffs(HandoffState.PENDING))
+
+    async def list_handoffs(self, state: str) -> list[Row]:
+        return await self._run(repository.list_handoffs(state))
+
+    async def has_pending_handoffs(self) -> bool:
+        return await self._run(repository.has_pending_handoffs())
+
+    async def get_handoff_state(self, session_id: str) -> Row | None:
+        return await self._run(repository.get_handoff_state(session_id))

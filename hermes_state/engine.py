@@ -1,0 +1,213 @@
+"""Turns a URL or an SQLite path into a configured SQLAlchemy engine; owns lock-retry patience."""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from .errors import DatabaseBusyError, InvalidInputError, NotADatabaseError
+
+__all__ = [
+    "READ_ONLY",
+    "Patience",
+    "default_db_path",
+    "describe",
+    "is_sqlite",
+    "make_async_engine",
+    "make_engine",
+    "resolve_url",
+]
+
+ENV_URL: Final = "HERMES_STATE_URL"
+ENV_HOME: Final = "HERMES_HOME"
+SQLITE_HEADER: Final = b"SQLite format 3\x00"
+# SQLite's own wait for a lock, per attempt; Patience retries attempts with jitter beyond it.
+BUSY_TIMEOUT_MS: Final = 250
+#: Execution option for SQLite connections whose transactions only read (plain deferred BEGIN).
+READ_ONLY: Final = "hermes_state_read_only"
+
+# The drivers hermes-state installs, for URLs that name a backend without a driver.
+_SYNC_DRIVERS: Final = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
+_ASYNC_DRIVERS: Final = {
+    "sqlite": {"pysqlite": "aiosqlite", "": "aiosqlite"},
+    "postgresql": {"psycopg": "psycopg", "asyncpg": "asyncpg", "": "asyncpg"},
+    "mysql": {"pymysql": "aiomysql", "aiomysql": "aiomysql", "": "aiomysql"},
+    "mariadb": {"pymysql": "aiomysql", "aiomysql": "aiomysql", "": "aiomysql"},
+}
+
+
+def default_db_path() -> Path:
+    """``$HERMES_HOME/state.db``, with ``HERMES_HOME`` defaulting to ``~/.hermes``."""
+    home = os.environ.get(ENV_HOME) or "~/.hermes"
+    return Path(home).expanduser() / "state.db"
+
+
+def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
+    """A URL from an explicit URL or path, else ``HERMES_STATE_URL``, else the default file.
+
+    Anything without ``://`` is a path to an SQLite file. A URL without a driver gets the one
+    hermes-state depends on (``postgresql://`` becomes ``postgresql+psycopg://``).
+    """
+    if target is None:
+        target = os.environ.get(ENV_URL) or default_db_path()
+    if isinstance(target, URL):
+        url = target
+    elif isinstance(target, str) and "://" in target:
+        try:
+            url = make_url(target)
+        except ArgumentError as exc:
+            raise InvalidInputError(
+                f"malformed database URL {target!r}: {exc}. "
+                "Expected e.g. sqlite:////path/state.db or postgresql://user@host/db"
+            ) from None
+    elif isinstance(target, str | os.PathLike):
+        path = Path(target).expanduser()
+        if not str(path).strip():
+            raise InvalidInputError("the database path is empty")
+        return URL.create("sqlite+pysqlite", database=str(path.absolute()))
+    else:
+        raise InvalidInputError(f"expected a database URL or path, not {type(target).__name__}")
+    backend, _, driver = url.drivername.partition("+")
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+            raise InvalidInputError(
+                "in-memory SQLite is not supported (every connection would see its own empty "
+                "database); use a file, e.g. sqlite:////tmp/state.db"
+            )
+        return url.set(drivername="sqlite+pysqlite")
+    if backend not in _SYNC_DRIVERS:
+        raise InvalidInputError(
+            f"unsupported database {backend!r} in {describe(url)}; "
+            "use sqlite, postgresql, mysql or mariadb"
+        )
+    return url if driver else url.set(drivername=f"{backend}+{_SYNC_DRIVERS[backend]}")
+
+
+def is_sqlite(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite"
+
+
+def describe(url: URL) -> str:
+    """The file path for SQLite, else the URL with its password masked."""
+    if is_sqlite(url) and url.database:
+        return url.database
+    return url.render_as_string(hide_password=True)
+
+
+def _check_sqlite_file(url: URL) -> None:
+    """Refuse a file that is not SQLite before SQLite touches it, and create missing folders."""
+    assert url.database is not None
+    path = Path(url.database)
+    if path.is_dir():
+        raise InvalidInputError(
+            f"{path} is a directory; give the path of a database file inside it"
+        )
+    if path.exists():
+        try:
+            with path.open("rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except PermissionError:
+            return  # SQLite reports the permission problem with its own, clearer message
+        if header and header != SQLITE_HEADER:
+            raise NotADatabaseError(
+                f"{path} is not an SQLite database; it was not modified. "
+                "Point hermes-state at another file with --url or HERMES_STATE_URL."
+            )
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _install_sqlite_listeners(engine: Engine, *, enforce_foreign_keys: bool) -> None:
+    """Pragmas on every new connection, and ``BEGIN IMMEDIATE`` for write transactions.
+
+    Follows SQLAlchemy's pysqlite recipe: the driver's own transaction handling is switched off
+    so the BEGIN we emit is the one that runs. Listeners attach to this engine only.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute(f"PRAGMA foreign_keys = {'ON' if enforce_foreign_keys else 'OFF'}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        read_only = connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def make_engine(url: URL, *, enforce_foreign_keys: bool = True) -> Engine:
+    """A synchronous engine configured for hermes-state (see the module docstring)."""
+    if is_sqlite(url):
+        if sqlite3.sqlite_version_info < (3, 35):
+            raise InvalidInputError(
+                f"SQLite {sqlite3.sqlite_version} is too old; hermes-state needs 3.35 or newer"
+            )
+        _check_sqlite_file(url)
+        # Threads keep their connection for good (see store.py), so the pool must never run dry.
+        engine = create_engine(url, pool_size=5, max_overflow=-1)
+        _install_sqlite_listeners(engine, enforce_foreign_keys=enforce_foreign_keys)
+        return engine
+    return create_engine(url, pool_pre_ping=True, isolation_level="READ COMMITTED")
+
+
+def make_async_engine(url: URL) -> AsyncEngine:
+    """An asyncio engine for the same database, on the matching async driver."""
+    backend, _, driver = url.drivername.partition("+")
+    drivers = _ASYNC_DRIVERS.get(backend, {})
+    if driver not in drivers:
+        raise InvalidInputError(
+            f"no asyncio driver for {url.drivername}; use one of "
+            + ", ".join(f"{backend}+{d}" for d in sorted(set(drivers.values())))
+        )
+    async_url = url.set(drivername=f"{backend}+{drivers[driver]}")
+    if is_sqlite(url):
+        _check_sqlite_file(url)
+        engine = create_async_engine(async_url)
+        _install_sqlite_listeners(engine.sync_engine, enforce_foreign_keys=True)
+        return engine
+    return create_async_engine(async_url, pool_pre_ping=True, isolation_level="READ COMMITTED")
+
+
+@dataclass(frozen=True, slots=True)
+class Patience:
+    """How long a transaction keeps retrying lock contention before giving up.
+
+    ``delays()`` yields jittered, growing sleeps (full jitter, so contending processes do not
+    retry in lockstep) until ``seconds`` have passed, then raises :class:`DatabaseBusyError`.
+    """
+
+    seconds: float = 30.0
+    first_delay: float = 0.002
+    max_delay: float = 0.2
+
+    def delays(self, where: str) -> Iterator[float]:
+        deadline = time.monotonic() + self.seconds
+        ceiling = self.first_delay
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DatabaseBusyError(
+                    f"{where} stayed locked by another writer for more than {self.seconds:g} s; "
+                    "retry later, or find the process holding a long write transaction"
+                )
+            yield min(remaining, random.uniform(0, ceiling))
+            ceiling = min(self.max_delay, ceiling * 2)

@@ -1,0 +1,307 @@
+"""Runs plans in transactions on synchronous connections: retries, errors, the SQLite fast path.
+
+Two runners share one contract (``run(plan)``, ``run_callable(fn)``, ``close()``):
+
+* :class:`PooledRunner` is plain SQLAlchemy: ``engine.connect()`` and ``begin()`` per
+  transaction. Server databases use it for everything.
+* :class:`SqliteThreadRunner` keeps one DBAPI connection per thread, compiles each statement
+  once and issues ``BEGIN IMMEDIATE`` / ``COMMIT`` itself. A one-statement transition then
+  costs little more than the same statement sent through the ``sqlite3`` module (see
+  ``bench/write_path.py``); a ``with engine.begin()`` per call costs several times as much.
+  Parameters go through SQLAlchemy's own bind processors; statements that need per-call
+  rendering (expanding IN lists) or result processing are refused (the plans use none on
+  SQLite, and the test suite runs every plan here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Connection, CursorResult, Engine, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
+
+from .engine import READ_ONLY, Patience
+from .errors import DatabaseBusyError, DatabaseError, is_retryable, translate
+from .repository import Body, Outcome, Plan, Step
+from .statements import Capabilities
+
+__all__ = [
+    "PooledRunner",
+    "Runner",
+    "SqliteThreadRunner",
+    "WriteConnection",
+    "drive",
+    "next_retry_delay",
+    "outcome_of",
+    "raise_translated",
+]
+
+T = TypeVar("T")
+
+
+class Runner(Protocol):
+    def run(self, plan: Plan[T]) -> T: ...
+
+    def run_callable(self, fn: Callable[[WriteConnection], T]) -> T: ...
+
+    def close(self) -> None: ...
+
+
+def drive(body: Body[T], execute: Callable[[Step], Outcome]) -> T:
+    """Feed each step a plan yields to ``execute`` and return what the plan returns."""
+    try:
+        step = next(body)
+        while True:
+            step = body.send(execute(step))
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+def outcome_of(result: CursorResult[Any]) -> Outcome:
+    """Everything a plan may look at, fetched now so the cursor can go."""
+    rows = [dict(row) for row in result.mappings()] if result.returns_rows else []
+    lastrowid = None if result.returns_rows else result.lastrowid
+    return Outcome(rowcount=result.rowcount, rows=rows, lastrowid=lastrowid)
+
+
+def raise_translated(exc: BaseException, where: str) -> None:
+    """Re-raise a database error as the package's own exception; leave anything else alone."""
+    error = translate(exc, where=where)
+    if error is not None and error is not exc:
+        raise error from exc
+
+
+def next_retry_delay(exc: Exception, delays: Iterator[float], where: str) -> float:
+    """How long to wait before running a failed transaction again; raises when it must not be.
+
+    Lock contention is retried until the store's patience runs out. Any other database error
+    is raised as the package's own exception; anything else (a bug, a caller's exception inside
+    ``_execute_write``) propagates unchanged.
+    """
+    if not is_retryable(exc):
+        raise_translated(exc, where)
+        raise exc
+    try:
+        return next(delays)
+    except DatabaseBusyError as busy:
+        raise busy from exc
+
+
+def retrying(attempt: Callable[[], T], patience: Patience, where: str) -> T:
+    """Run ``attempt`` until it succeeds, retrying lock contention within ``patience``."""
+    delays: Iterator[float] | None = None
+    while True:
+        try:
+            return attempt()
+        except Exception as exc:
+            delays = delays or patience.delays(where)
+            time.sleep(next_retry_delay(exc, delays, where))
+
+
+class WriteConnection:
+    """What ``SessionDB._execute_write`` hands its callable.
+
+    ``execute`` takes a SQLAlchemy statement, or raw SQL in the driver's paramstyle (``?`` on
+    SQLite, ``%s`` on psycopg and PyMySQL) with a tuple or dict of parameters.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def execute(self, statement: str | Executable, parameters: Any = None) -> CursorResult[Any]:
+        if isinstance(statement, str):
+            return self.connection.exec_driver_sql(statement, parameters or ())
+        return self.connection.execute(statement, parameters)
+
+
+class PooledRunner:
+    """Plain SQLAlchemy: a pooled connection and a transaction per unit of work."""
+
+    def __init__(self, engine: Engine, patience: Patience, where: str) -> None:
+        self._engine = engine
+        self._patience = patience
+        self._where = where
+        # Read after the schema check connected, so server-version-dependent flags are known.
+        self._caps = Capabilities.of(engine.dialect)
+
+    def _execute(self, connection: Connection, step: Step) -> Outcome:
+        return outcome_of(connection.execute(step.statement, step.params))
+
+    def run(self, plan: Plan[T]) -> T:
+        def attempt() -> T:
+            with self._engine.connect() as connection:
+                connection.execution_options(**{READ_ONLY: not plan.writes})
+                with connection.begin():
+                    return drive(
+                        plan.start(self._caps), lambda step: self._execute(connection, step)
+                    )
+
+        return retrying(attempt, self._patience, self._where)
+
+    def run_callable(self, fn: Callable[[WriteConnection], T]) -> T:
+        def attempt() -> T:
+            with self._engine.begin() as connection:
+                return fn(WriteConnection(connection))
+
+        return retrying(attempt, self._patience, self._where)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+_CALLER = object()  # marks a parameter slot the caller fills
+Processor = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A statement compiled once: its SQL and, per ``?``, where the value comes from.
+
+    Each slot is (the caller's parameter name, a constant or ``_CALLER``, SQLAlchemy's bind
+    processor for the type or None), so values are converted exactly as SQLAlchemy would.
+    """
+
+    sql: str
+    slots: tuple[tuple[str, object, Processor | None], ...]
+
+    def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        values = []
+        for name, constant, processor in self.slots:
+            value = params[name] if constant is _CALLER else constant
+            values.append(value if processor is None or value is None else processor(value))
+        return tuple(values)
+
+
+class _ThreadConnection:
+    """The DBAPI connection one thread keeps, checked out of the engine's pool."""
+
+    __slots__ = ("__weakref__", "dbapi", "pooled")
+
+    def __init__(self, engine: Engine) -> None:
+        self.pooled = engine.raw_connection()
+        self.dbapi: sqlite3.Connection = self.pooled.driver_connection  # type: ignore[assignment]
+
+    def close(self) -> None:
+        # Runs at thread exit too, where an exception would only be printed.
+        with contextlib.suppress(Exception):
+            self.pooled.close()
+
+
+class SqliteThreadRunner(PooledRunner):
+    """SQLite: a connection per thread, statements compiled once, BEGIN IMMEDIATE sent directly."""
+
+    def __init__(self, engine: Engine, patience: Patience, where: str) -> None:
+        super().__init__(engine, patience, where)
+        self._dialect = engine.dialect
+        self._local = threading.local()
+        self._compiled: dict[Executable, _Compiled] = {}
+        self._open: weakref.WeakSet[_ThreadConnection] = weakref.WeakSet()
+        self._closed = False
+        forget = weakref.WeakMethod(self._forget_connections_after_fork)
+
+        def after_fork_in_child() -> None:
+            method = forget()
+            if method is not None:
+                method()
+
+        os.register_at_fork(after_in_child=after_fork_in_child)
+
+    def _forget_connections_after_fork(self) -> None:
+        # A forked child must never use its parent's SQLite connections; it opens its own.
+        self._local = threading.local()
+        self._open = weakref.WeakSet()
+
+    def _connection(self) -> sqlite3.Connection:
+        holder: _ThreadConnection | None = getattr(self._local, "holder", None)
+        if holder is None:
+            if self._closed:
+                raise DatabaseError(f"the store for {self._where} is closed")
+            holder = _ThreadConnection(self._engine)
+            self._local.holder = holder
+            self._open.add(holder)
+            weakref.finalize(threading.current_thread(), holder.close)
+        return holder.dbapi
+
+    def _drop_connection(self) -> None:
+        holder: _ThreadConnection | None = getattr(self._local, "holder", None)
+        if holder is not None:
+            self._local.holder = None
+            holder.pooled.invalidate()
+
+    def _compile(self, statement: Executable) -> _Compiled:
+        try:
+            return self._compiled[statement]
+        except KeyError:
+            pass
+        assert isinstance(statement, ClauseElement)
+        compiled = statement.compile(dialect=self._dialect)
+        assert isinstance(compiled, SQLCompiler)
+        _require_plain(compiled, self._dialect)
+        slots = []
+        for name in compiled.positiontup or ():
+            bind = compiled.binds[name]
+            constant = _CALLER if bind.required else bind.value
+            slots.append((name, constant, bind.type.bind_processor(self._dialect)))
+        fast = self._compiled[statement] = _Compiled(compiled.string, tuple(slots))
+        return fast
+
+    def _execute_step(self, connection: sqlite3.Connection, step: Step) -> Outcome:
+        compiled = self._compile(step.statement)
+        cursor = connection.execute(compiled.sql, compiled.parameters(step.params))
+        if cursor.description is None:
+            return Outcome(rowcount=cursor.rowcount, rows=[], lastrowid=cursor.lastrowid)
+        names = [column[0] for column in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return Outcome(rowcount=cursor.rowcount, rows=rows)
+
+    def run(self, plan: Plan[T]) -> T:
+        begin = "BEGIN IMMEDIATE" if plan.writes else "BEGIN"
+
+        def attempt() -> T:
+            connection = self._connection()
+            try:
+                connection.execute(begin)
+                body = plan.start(self._caps)
+                result = drive(body, lambda step: self._execute_step(connection, step))
+                connection.execute("COMMIT")
+            except BaseException:
+                self._abort(connection)
+                raise
+            return result
+
+        return retrying(attempt, self._patience, self._where)
+
+    def _abort(self, connection: sqlite3.Connection) -> None:
+        try:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+        except sqlite3.Error:
+            self._drop_connection()  # unusable: the next call opens a fresh one
+
+    def close(self) -> None:
+        self._closed = True
+        for holder in list(self._open):
+            holder.close()
+        self._local = threading.local()
+        super().close()
+
+
+def _require_plain(compiled: SQLCompiler, dialect: Any) -> None:
+    """Refuse what this runner cannot send as compiled: expanding parameters, result types."""
+    if compiled.positiontup is None or "POSTCOMPILE" in compiled.string:
+        raise TypeError(
+            f"statement needs per-call rendering, not supported here: {compiled.string}"
+        )
+    for column in getattr(compiled.statement, "exported_columns", ()):
+        if column.type.result_processor(dialect, None) is not None:
+            raise TypeError(f"column {column} needs result processing, not supported here")

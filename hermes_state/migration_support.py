@@ -1,0 +1,120 @@
+"""What counts as schema drift: Alembic comparison rules for migrations/env.py and ``db check``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .schema import VERSION_TABLE
+
+if TYPE_CHECKING:
+    from alembic.migration import MigrationContext
+    from sqlalchemy import Column
+    from sqlalchemy.types import TypeEngine
+
+__all__ = ["context_options", "describe_diffs", "include_object", "table_options"]
+
+
+def table_options(dialect: Any) -> dict[str, str]:
+    """Table options for tables the migrations create.
+
+    On MySQL and MariaDB, ids must compare exactly: a binary collation, and one without
+    PAD SPACE, or 'a' and 'a ' would be the same session (MariaDB's utf8mb4_bin pads).
+    """
+    if dialect.name not in ("mysql", "mariadb"):
+        return {}
+    collation = "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+    return {f"{dialect.name}_charset": "utf8mb4", f"{dialect.name}_collate": collation}
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Ignore what exists only in the database.
+
+    An adopted ``state.db`` keeps the tables, columns and indexes older hermes versions made;
+    they are not ours to report, and the bookkeeping tables are not modelled.
+    """
+    return not (reflected and compare_to is None)
+
+
+def _sqlite_affinity(declared: str) -> str:
+    """SQLite's type affinity of a declared column type (section 3.1 of its datatype docs)."""
+    upper = declared.upper()
+    if "INT" in upper:
+        return "INTEGER"
+    if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if not upper or "BLOB" in upper:
+        return "BLOB"
+    if any(word in upper for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+def compare_type(
+    context: MigrationContext,
+    inspected_column: Column[Any],
+    metadata_column: Column[Any],
+    inspected_type: TypeEngine[Any],
+    metadata_type: TypeEngine[Any],
+) -> bool | None:
+    """On SQLite, compare affinities: a legacy ``TEXT`` id is the same as ``VARCHAR(255)``."""
+    if context.dialect.name != "sqlite":
+        return None  # Alembic's own comparison
+    inspected = inspected_type.compile(dialect=context.dialect)
+    declared = metadata_type.compile(dialect=context.dialect)
+    return _sqlite_affinity(inspected) != _sqlite_affinity(declared)
+
+
+def context_options(dialect_name: str) -> dict[str, Any]:
+    """Options for ``MigrationContext.configure`` and ``EnvironmentContext.configure``.
+
+    SQLite's DDL is transactional once the driver stops managing transactions (engine.py does),
+    so the whole upgrade runs in one transaction there: a crash mid-migration leaves the
+    previous schema, never half of the new one.
+    """
+    return {
+        "compare_type": compare_type,
+        "include_object": include_object,
+        "version_table": VERSION_TABLE,
+        "render_as_batch": True,
+        "transactional_ddl": dialect_name == "sqlite" or None,
+    }
+
+
+def _flatten(diffs: list[Any]) -> list[tuple[Any, ...]]:
+    flat: list[tuple[Any, ...]] = []
+    for diff in diffs:
+        flat.extend(diff if isinstance(diff, list) else [diff])
+    return flat
+
+
+def describe_diff(diff: tuple[Any, ...]) -> tuple[str, str]:
+    """(kind, detail) in words for one entry of ``compare_metadata``'s result."""
+    action = diff[0]
+    if action in ("add_table", "remove_table"):
+        return action.replace("_", " "), diff[1].name
+    if action in ("add_column", "remove_column"):
+        return action.replace("_", " "), f"{diff[2]}.{diff[3].name}"
+    if action in ("add_index", "remove_index"):
+        index = diff[1]
+        columns = ", ".join(
+            str(expr.name) if hasattr(expr, "name") else str(expr) for expr in index.expressions
+        )
+        return action.replace("_", " "), f"{index.name} on {index.table.name} ({columns})"
+    if action in ("add_fk", "remove_fk"):
+        fk = diff[1]
+        return action.replace("_", " ").replace(
+            "fk", "foreign key"
+        ), f"{fk.name or ''} on {fk.parent.name}"
+    if action.startswith("modify_"):
+        _, _, table, column, _, old, new = diff
+        return (
+            f"{action.replace('_', ' ')}",
+            f"{table}.{column}: database has {old!r}, models say {new!r}",
+        )
+    return action, repr(diff[1:])
+
+
+def describe_diffs(diffs: list[Any]) -> list[tuple[str, str]]:
+    return [describe_diff(diff) for diff in _flatten(diffs)]

@@ -1,0 +1,125 @@
+"""SQLAlchemy models of the sessions table, its handoff state machine, and the transcript."""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+from sqlalchemy import Double, ForeignKey, Index, MetaData, String, Table, Text, text
+from sqlalchemy.dialects.mysql import LONGTEXT
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "ERROR_LIMIT",
+    "ID_LENGTH",
+    "REQUESTABLE_STATES",
+    "Base",
+    "HandoffState",
+    "Message",
+    "Session",
+    "messages",
+    "metadata",
+    "sessions",
+]
+
+# Every constraint and index gets a stable, predictable name, so migrations can address them.
+NAMING_CONVENTION: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ID_LENGTH: Final = 255
+ERROR_LIMIT: Final = 500
+
+# MySQL/MariaDB compare strings case-insensitively by default; session ids are exact. The
+# migrations pick the binary, no-pad collation per server (migration_support.table_options).
+_MYSQL_TABLE_OPTIONS: Final = {"mysql_charset": "utf8mb4"}
+_LongText = Text().with_variant(LONGTEXT(), "mysql", "mariadb")
+
+
+class HandoffState(enum.StrEnum):
+    """The states of ``sessions.handoff_state``; NULL means no handoff was ever requested."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+#: A new request is accepted from these states (None is a session never handed off).
+REQUESTABLE_STATES: Final = (None, HandoffState.COMPLETED, HandoffState.FAILED)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Session(Base):
+    """One agent session; the ``handoff_*`` columns carry its handoff state machine.
+
+    Times are epoch seconds as floats, the format existing ``state.db`` files use.
+    """
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        # Polling cost must follow the number of pending rows, not of sessions. SQLite and
+        # PostgreSQL get partial indexes with an equality predicate (SQLite ignores a partial
+        # index whose WHERE is an IN list when the query says "= 'pending'"); MySQL/MariaDB have
+        # no partial indexes and use the same columns as a plain composite index.
+        Index(
+            "ix_sessions_handoff_pending",
+            "handoff_state",
+            "started_at",
+            sqlite_where=text("handoff_state = 'pending'"),
+            postgresql_where=text("handoff_state = 'pending'"),
+        ),
+        Index(
+            "ix_sessions_handoff_running",
+            "handoff_state",
+            "handoff_claimed_at",
+            sqlite_where=text("handoff_state = 'running'"),
+            postgresql_where=text("handoff_state = 'running'"),
+        ),
+        _MYSQL_TABLE_OPTIONS,
+    )
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    source: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    title: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    parent_session_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    started_at: Mapped[float] = mapped_column(Double)
+    ended_at: Mapped[float | None] = mapped_column(Double)
+    end_reason: Mapped[str | None] = mapped_column(Text)
+
+    handoff_state: Mapped[str | None] = mapped_column(String(16))
+    handoff_platform: Mapped[str | None] = mapped_column(String(64))
+    handoff_error: Mapped[str | None] = mapped_column(Text)
+    handoff_requested_at: Mapped[float | None] = mapped_column(Double)
+    handoff_claimed_at: Mapped[float | None] = mapped_column(Double)
+    handoff_finished_at: Mapped[float | None] = mapped_column(Double)
+
+
+class Message(Base):
+    """One transcript entry of a session, in insertion order."""
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        Index("ix_messages_session_id_id", "session_id", "id"),
+        _MYSQL_TABLE_OPTIONS,
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(ID_LENGTH), ForeignKey("sessions.id"))
+    role: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str | None] = mapped_column(_LongText)
+    timestamp: Mapped[float] = mapped_column(Double)
+
+
+metadata = Base.metadata
+sessions: Table = metadata.tables["sessions"]
+messages: Table = metadata.tables["messages"]

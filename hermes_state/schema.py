@@ -1,0 +1,243 @@
+"""Schema versions: the cheap head check on open, and the Alembic work behind ``hermes-state db``.
+
+Opening a store only reads one row of the version table and compares it with
+:data:`HEAD_REVISION`; Alembic and the migration scripts are imported only when something must
+change (a test keeps the constant equal to the scripts' head).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import Connection, Engine, inspect, text
+
+from .engine import READ_ONLY, describe, make_engine
+from .errors import HermesStateError, SchemaOutOfDateError, SchemaTooNewError, translate
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy.engine import URL
+
+__all__ = [
+    "HEAD_REVISION",
+    "VERSION_TABLE",
+    "Drift",
+    "HistoryEntry",
+    "bring_current",
+    "check",
+    "current_revision",
+    "downgrade",
+    "ensure_current",
+    "history",
+    "migration_connection",
+    "revision_of",
+    "script_location",
+    "upgrade",
+]
+
+#: The newest migration; equal to the scripts' head (pinned by a test).
+HEAD_REVISION: Final = "0001_baseline"
+VERSION_TABLE: Final = "hermes_state_alembic_version"
+#: Bookkeeping table of the baseline migration: what adoption added, so downgrade removes only that.
+ADOPTION_TABLE: Final = "hermes_state_adoption"
+
+
+def script_location() -> Path:
+    """The Alembic scripts: ``migrations/`` in a checkout, ``hermes_state/migrations`` installed."""
+    return Path(str(importlib.resources.files("hermes_state.migrations")))
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision recorded in the version table, or None when there is no table (yet)."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    query = text(f"SELECT version_num FROM {VERSION_TABLE}")  # noqa: S608 - a constant
+    rows = connection.execute(query).scalars().all()
+    if len(rows) > 1:
+        raise SchemaTooNewError(
+            f"the version table holds several heads ({', '.join(rows)}); "
+            "this database was migrated by another tool"
+        )
+    return rows[0] if rows else None
+
+
+def ensure_current(engine: Engine, *, auto_upgrade: bool) -> None:
+    """Bring an embedded database to head, or refuse a server database that is behind."""
+    with _translated(describe(engine.url)), engine.connect() as connection:
+        connection.execution_options(**{READ_ONLY: True})
+        revision = current_revision(connection)
+        connection.rollback()
+    bring_current(engine.url, revision, auto_upgrade=auto_upgrade)
+
+
+def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None:
+    """Given the database's revision: nothing at head, else upgrade (embedded) or refuse."""
+    if revision == HEAD_REVISION:
+        return
+    where = describe(url)
+    if auto_upgrade:
+        upgrade(url, "head")
+        return
+    if revision is not None and not _is_known(revision):
+        raise _too_new(where, revision)
+    raise SchemaOutOfDateError(
+        f"{where} is at revision {revision or 'none'}, behind {HEAD_REVISION}; "
+        f"run `hermes-state --url '{where}' db upgrade` and try again"
+    )
+
+
+def _too_new(where: str, revision: str) -> SchemaTooNewError:
+    return SchemaTooNewError(
+        f"{where} is at revision {revision!r}, which this hermes-state does not know; "
+        "it was migrated by a newer version: upgrade hermes-state"
+    )
+
+
+@contextlib.contextmanager
+def _translated(where: str) -> Iterator[None]:
+    try:
+        yield
+    except (HermesStateError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        error = translate(exc, where=where)
+        if error is None:
+            raise
+        raise error from exc
+
+
+# -- Alembic, imported lazily ------------------------------------------------------------------
+
+
+def _config(connection: Connection | None = None, output: io.StringIO | None = None) -> Config:
+    from alembic.config import Config
+
+    config = Config(stdout=output) if output is not None else Config()
+    config.set_main_option("script_location", str(script_location()))
+    # The connection goes through attributes, not sqlalchemy.url: Alembic's config parser would
+    # treat the '%' of URL-encoded passwords as interpolation.
+    config.attributes["connection"] = connection
+    return config
+
+
+def _is_known(revision: str) -> bool:
+    from alembic.script import ScriptDirectory
+
+    try:
+        return ScriptDirectory.from_config(_config()).get_revision(revision) is not None
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def migration_connection(url: URL, *, read_only: bool = False) -> Iterator[Connection]:
+    """A connection for migrations; foreign keys off on SQLite so table rebuilds cascade nothing."""
+    engine = make_engine(url, enforce_foreign_keys=False)
+    try:
+        with _translated(describe(url)), engine.connect() as connection:
+            connection.execution_options(**{READ_ONLY: read_only})
+            yield connection
+    finally:
+        engine.dispose()
+
+
+def _run(url: URL, command_name: str, *args: Any) -> None:
+    from alembic import command
+    from alembic.util import CommandError
+
+    where = describe(url)
+    with migration_connection(url) as connection:
+        revision = current_revision(connection)
+        connection.rollback()
+        if revision is not None and not _is_known(revision):
+            raise _too_new(where, revision)
+        try:
+            getattr(command, command_name)(_config(connection), *args)
+        except CommandError as exc:
+            raise HermesStateError(f"{command_name} of {where} refused: {exc}") from None
+        connection.commit()
+
+
+def upgrade(url: URL, revision: str = "head") -> None:
+    """Migrate up to ``revision`` in one transaction (SQLite) or per Alembic's defaults."""
+    _run(url, "upgrade", revision)
+
+
+def downgrade(url: URL, revision: str) -> None:
+    _run(url, "downgrade", revision)
+
+
+def revision_of(url: URL) -> str | None:
+    with migration_connection(url, read_only=True) as connection:
+        return current_revision(connection)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    revision: str
+    down_revision: str | None
+    message: str
+    is_current: bool
+    is_head: bool
+
+
+def history(url: URL | None) -> list[HistoryEntry]:
+    """Every revision, oldest first; ``is_current`` marks the database's (when a URL is given)."""
+    from alembic.script import ScriptDirectory
+
+    current = revision_of(url) if url is not None else None
+    scripts = ScriptDirectory.from_config(_config())
+    heads = set(scripts.get_heads())
+    entries = [
+        HistoryEntry(
+            revision=script.revision,
+            down_revision=script.down_revision if isinstance(script.down_revision, str) else None,
+            message=script.doc or "",
+            is_current=script.revision == current,
+            is_head=script.revision in heads,
+        )
+        for script in scripts.walk_revisions()
+    ]
+    return entries[::-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One difference between the models and the database, in words."""
+
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+def check(url: URL) -> list[Drift]:
+    """Differences between the models and the database; legacy extras are not drift."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from .migration_support import context_options, describe_diffs
+    from .models import metadata
+
+    with migration_connection(url, read_only=True) as connection:
+        drifts: list[Drift] = []
+        revision = current_revision(connection)
+        if revision != HEAD_REVISION:
+            drifts.append(
+                Drift("revision", f"database is at {revision or 'none'}, head is {HEAD_REVISION}")
+            )
+        context = MigrationContext.configure(
+            connection, opts=context_options(connection.dialect.name)
+        )
+        drifts.extend(
+            Drift(*words) for words in describe_diffs(compare_metadata(context, metadata))
+        )
+        connection.rollback()
+        return drifts

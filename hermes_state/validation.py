@@ -1,0 +1,145 @@
+"""Checks applied to every caller-supplied value before any database work starts."""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final
+
+from .errors import InvalidInputError, InvalidInputTypeError
+from .models import ERROR_LIMIT, ID_LENGTH, HandoffState
+
+__all__ = [
+    "clean_error",
+    "require_fields",
+    "require_identifier",
+    "require_only_states",
+    "require_seconds",
+    "require_state",
+    "require_text",
+]
+
+NAME_LENGTH: Final = 64
+ROLE_LENGTH: Final = 32
+_FAILABLE: Final = frozenset({HandoffState.PENDING, HandoffState.RUNNING})
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def _check_encodable(name: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{name} contains a lone surrogate and cannot be stored as UTF-8"
+        ) from None
+
+
+def require_identifier(name: str, value: object, *, max_length: int = ID_LENGTH) -> str:
+    """A non-blank ``str`` of printable characters, at most ``max_length`` long.
+
+    Quotes, SQL fragments and any non-control Unicode are fine: every value is a bound
+    parameter. Control characters are refused because identifiers are printed in terminals.
+    """
+    if not isinstance(value, str):
+        raise InvalidInputTypeError(f"{name} must be a str, not {_type_name(value)}")
+    if not value.strip():
+        raise InvalidInputError(f"{name} must not be empty or blank")
+    if len(value) > max_length:
+        raise InvalidInputError(
+            f"{name} is {len(value)} characters long; the limit is {max_length}"
+        )
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise InvalidInputError(f"{name} must not contain control characters: {value!r}")
+    _check_encodable(name, value)
+    return value
+
+
+def require_text(name: str, value: object, *, nullable: bool = True) -> str | None:
+    """Free text (a title, a message): any length, but storable on every backend."""
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        expected = "a str or None" if nullable else "a str"
+        raise InvalidInputTypeError(f"{name} must be {expected}, not {_type_name(value)}")
+    if "\x00" in value:
+        raise InvalidInputError(
+            f"{name} must not contain NUL characters (PostgreSQL cannot store them)"
+        )
+    _check_encodable(name, value)
+    return value
+
+
+def require_seconds(name: str, value: object) -> float:
+    """A finite epoch-seconds number (``bool`` is refused: it is almost always a mistake)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputTypeError(f"{name} must be a number of seconds, not {_type_name(value)}")
+    seconds = float(value)
+    if not math.isfinite(seconds):
+        raise InvalidInputError(f"{name} must be finite, not {value!r}")
+    return seconds
+
+
+_FIELD_CHECKS: Final[dict[str, Callable[[object], object]]] = {
+    "user_id": lambda v: None if v is None else require_identifier("user_id", v),
+    "title": lambda v: require_text("title", v),
+    "model": lambda v: None if v is None else require_identifier("model", v),
+    "parent_session_id": lambda v: (
+        None if v is None else require_identifier("parent_session_id", v)
+    ),
+    "started_at": lambda v: require_seconds("started_at", v),
+    "ended_at": lambda v: None if v is None else require_seconds("ended_at", v),
+    "end_reason": lambda v: require_text("end_reason", v),
+}
+
+
+def require_fields(fields: Mapping[str, object]) -> dict[str, object]:
+    """The optional session columns of ``create_session(**fields)``, checked one by one."""
+    unknown = sorted(set(fields) - set(_FIELD_CHECKS))
+    if unknown:
+        raise InvalidInputTypeError(
+            f"unknown session field(s) {', '.join(unknown)}; "
+            f"create_session accepts {', '.join(_FIELD_CHECKS)}"
+        )
+    return {name: check(fields[name]) for name, check in _FIELD_CHECKS.items() if name in fields}
+
+
+def require_only_states(value: object) -> frozenset[HandoffState]:
+    """The states ``fail_handoff`` may fail from; None means any in-flight state."""
+    if value is None:
+        return _FAILABLE
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise InvalidInputTypeError(
+            f"only_states must be a tuple of states such as ('pending',), not {value!r}"
+        )
+    states = set()
+    for item in value:
+        if item not in _FAILABLE:
+            raise InvalidInputError(
+                f"only_states may contain 'pending' and 'running' only, not {item!r}"
+            )
+        states.add(HandoffState(item))
+    if not states:
+        raise InvalidInputError("only_states must name at least one state")
+    return frozenset(states)
+
+
+def clean_error(error: object) -> str:
+    """``str(error)[:500]``, NUL and unencodable characters replaced so every backend stores it."""
+    text = str(error)[:ERROR_LIMIT]
+    text = text.replace("\x00", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8") if not text.isascii() else text
+
+
+def require_state(value: object) -> HandoffState:
+    """One of the four handoff states, by name."""
+    try:
+        return HandoffState(value if isinstance(value, str) else repr(value))
+    except ValueError:
+        names = ", ".join(state.value for state in HandoffState)
+        raise InvalidInputError(
+            f"unknown handoff state {value!r}; expected one of {names}"
+        ) from None

@@ -1,0 +1,52 @@
+"""Alembic environment of hermes-state: one connection, our own version table, batch mode on SQLite.
+
+`hermes-state db ...` hands its connection over in ``config.attributes["connection"]``; a bare
+`alembic upgrade head` from the repository root resolves the database from HERMES_STATE_URL
+(else $HERMES_HOME/state.db) the same way the library does.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from hermes_state.engine import resolve_url
+from hermes_state.migration_support import context_options
+from hermes_state.models import metadata
+from hermes_state.schema import migration_connection
+
+config = context.config
+
+
+def run_migrations(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        **context_options(connection.dialect.name),
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_offline() -> None:
+    url = resolve_url(config.get_main_option("sqlalchemy.url") or None)
+    context.configure(
+        url=url,
+        target_metadata=metadata,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+        **context_options(url.get_backend_name()),
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+given = config.attributes.get("connection")
+if given is not None:
+    run_migrations(given)
+elif context.is_offline_mode():
+    run_offline()
+else:
+    with migration_connection(resolve_url(config.get_main_option("sqlalchemy.url") or None)) as own:
+        run_migrations(own)
+        own.commit()
