@@ -37,7 +37,7 @@ async def drive(body: Body[T], connection: AsyncConnection) -> T:
         step = next(body)
         while True:
             result = await connection.execute(step.statement, step.params)
-            step = body.send(outcome_of(result))
+            step = body.send(outcome_of(result, step))
     except StopIteration as stop:
         value: T = stop.value
         return value

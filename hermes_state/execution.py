@@ -67,10 +67,10 @@ def drive(body: Body[T], execute: Callable[[Step], Outcome]) -> T:
         return result
 
 
-def outcome_of(result: CursorResult[Any]) -> Outcome:
-    """Everything a plan may look at, fetched now so the cursor can go."""
+def outcome_of(result: CursorResult[Any], step: Step) -> Outcome:
+    """Everything the plan may look at, fetched now so the cursor can go."""
     rows = [dict(row) for row in result.mappings()] if result.returns_rows else []
-    lastrowid = None if result.returns_rows else result.lastrowid
+    lastrowid = result.lastrowid if step.wants_lastrowid else None
     return Outcome(rowcount=result.rowcount, rows=rows, lastrowid=lastrowid)
 
 
@@ -135,7 +135,7 @@ class PooledRunner:
         self._caps = Capabilities.of(engine.dialect)
 
     def _execute(self, connection: Connection, step: Step) -> Outcome:
-        return outcome_of(connection.execute(step.statement, step.params))
+        return outcome_of(connection.execute(step.statement, step.params), step)
 
     def run(self, plan: Plan[T]) -> T:
         def attempt() -> T:

@@ -58,10 +58,15 @@ class UnknownSessionError(HermesStateError, LookupError):
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One statement to execute with its bind parameters."""
+    """One statement to execute with its bind parameters.
+
+    ``wants_lastrowid`` asks for the driver's last inserted row id, for inserts on dialects
+    without RETURNING (not every driver has the attribute, so it is read only on request).
+    """
 
     statement: Executable
     params: Mapping[str, Any] = field(default_factory=dict)
+    wants_lastrowid: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +127,10 @@ def _create_session(caps: Capabilities, params: Mapping[str, Any]) -> Body[str]:
 
 
 def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
-    outcome = yield Step(statements.append_message(caps.insert_returning), params)
+    returning = caps.insert_returning
+    outcome = yield Step(
+        statements.append_message(returning), params, wants_lastrowid=not returning
+    )
     if outcome.rowcount == 0 and not outcome.rows:
         raise UnknownSessionError(
             f"session {params['session_id']!r} does not exist; create it with create_session first"

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import Connection, Engine, inspect, text
 
 from .engine import READ_ONLY, describe, make_engine
-from .errors import HermesStateError, SchemaOutOfDateError, SchemaTooNewError, translate
+from .errors import (
+    HermesStateError,
+    InvalidInputError,
+    SchemaOutOfDateError,
+    SchemaTooNewError,
+    translate,
+)
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -160,7 +166,9 @@ def _run(url: URL, command_name: str, *args: Any) -> None:
         try:
             getattr(command, command_name)(_config(connection), *args)
         except CommandError as exc:
-            raise HermesStateError(f"{command_name} of {where} refused: {exc}") from None
+            # Alembic's command errors are about the revision asked for (unknown, ambiguous,
+            # or in the wrong direction): bad input, not a database failure.
+            raise InvalidInputError(f"cannot {command_name} {where}: {exc}") from None
         connection.commit()
 
 

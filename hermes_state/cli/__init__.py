@@ -1,0 +1,169 @@
+"""The ``hermes-state`` command line: parsing, option/environment twins, output and exit codes.
+
+Exit codes: 0 done, 1 refused or failed (a request while one is in flight, an unreachable
+database, drift found), 2 bad input (arguments, URLs, ids, files that are not databases).
+User errors never print a traceback; set ``HERMES_STATE_DEBUG=1`` to see one anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TextIO
+
+from ..errors import (
+    HermesStateError,
+    InvalidInputError,
+    InvalidInputTypeError,
+    NotADatabaseError,
+)
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REFUSED", "Output", "add_option", "main"]
+
+EXIT_OK: Final = 0
+EXIT_REFUSED: Final = 1
+EXIT_BAD_INPUT: Final = 2
+DEBUG_ENV: Final = "HERMES_STATE_DEBUG"
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+
+Handler = Callable[[argparse.Namespace, "Output"], int]
+
+
+class Output:
+    """Where a command writes: plain lines for people, one JSON document with ``--json``."""
+
+    def __init__(self, as_json: bool, stdout: TextIO, stderr: TextIO) -> None:
+        self.as_json = as_json
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def line(self, text: str = "") -> None:
+        if not self.as_json:
+            print(text, file=self.stdout)
+
+    def json(self, document: object) -> None:
+        if self.as_json:
+            print(json.dumps(document, indent=2, sort_keys=True, default=str), file=self.stdout)
+
+    def error(self, text: str) -> None:
+        print(f"hermes-state: {text}", file=self.stderr)
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def add_option(
+    parser: argparse.ArgumentParser,
+    *flags: str,
+    env: str,
+    help: str,
+    kind: Callable[[str], Any] = str,
+    default: Any = None,
+    flag: bool = False,
+    repeatable: bool = False,
+    metavar: str | None = None,
+) -> None:
+    """An option whose default comes from ``env``; ``--help`` shows the variable.
+
+    Repeatable options read a comma-separated list from the environment. A malformed
+    environment value is reported as bad input when the command runs, like a bad flag.
+    """
+    raw = os.environ.get(env)
+    help_text = f"{help} [env: {env}]"
+    if flag:
+        parser.add_argument(*flags, action="store_true", default=env_flag(env), help=help_text)
+        return
+    if repeatable:
+        from_env = [item for item in (raw or "").split(",") if item.strip()]
+        initial = [kind(item) for item in from_env] if from_env else list(default or [])
+        parser.add_argument(
+            *flags, action="append", type=kind, default=None, help=help_text, metavar=metavar
+        )
+        parser.set_defaults(**{_dest(flags): None, f"_{_dest(flags)}_env": initial})
+        return
+    value = default
+    if raw is not None and raw.strip():
+        value = raw.strip()
+    parser.add_argument(*flags, type=kind, default=value, help=help_text, metavar=metavar)
+
+
+def _dest(flags: Sequence[str]) -> str:
+    longest = max(flags, key=len)
+    return longest.lstrip("-").replace("-", "_")
+
+
+def repeated(args: argparse.Namespace, name: str) -> list[Any]:
+    """A repeatable option's values: the flags when given, else the environment's list."""
+    given = getattr(args, name, None)
+    return list(given) if given is not None else list(getattr(args, f"_{name}_env", []))
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from . import db
+
+    parser = argparse.ArgumentParser(
+        prog="hermes-state",
+        description="Administer hermes-state databases and run the handoff watcher.",
+        epilog="Exit codes: 0 done, 1 refused or failed, 2 bad input.",
+    )
+    add_option(
+        parser,
+        "--url",
+        env="HERMES_STATE_URL",
+        help="database URL or SQLite path (default: $HERMES_HOME/state.db, "
+        "HERMES_HOME defaulting to ~/.hermes)",
+        metavar="URL",
+    )
+    add_option(
+        parser, "-v", "--verbose", env="HERMES_STATE_VERBOSE", flag=True, help="log debug detail"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (db,):
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (the console script exits with it)."""
+    stdout, stderr = sys.stdout, sys.stderr
+    try:
+        parser = _build_parser()
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # argparse: --help (0) or a usage error (2)
+        return int(exit_request.code or 0) if isinstance(exit_request.code, int | None) else 2
+    except (ValueError, TypeError) as exc:  # a malformed environment value
+        print(f"hermes-state: {exc}", file=stderr)
+        return EXIT_BAD_INPUT
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=stderr,
+    )
+    out = Output(bool(getattr(args, "json", False)), stdout, stderr)
+    handler: Handler = args.handler
+    try:
+        return handler(args, out)
+    except (InvalidInputError, InvalidInputTypeError, NotADatabaseError) as exc:
+        out.error(str(exc))
+        return EXIT_BAD_INPUT
+    except HermesStateError as exc:
+        out.error(str(exc))
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        out.error("interrupted")
+        return 130
+    except Exception as exc:
+        if env_flag(DEBUG_ENV):
+            traceback.print_exc(file=stderr)
+        else:
+            out.error(
+                f"unexpected {type(exc).__name__}: {exc} "
+                f"(a bug: please report it; {DEBUG_ENV}=1 shows the traceback)"
+            )
+        return EXIT_REFUSED

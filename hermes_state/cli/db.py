@@ -1,0 +1,139 @@
+"""``hermes-state db``: Alembic migrations of the configured database (upgrade, check, ...)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from .. import schema
+from ..engine import describe, is_sqlite, resolve_url
+from ..errors import HermesStateError
+from . import EXIT_OK, EXIT_REFUSED, Output, add_option
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    add_option(parser, "--json", env="HERMES_STATE_JSON", flag=True, help="print JSON for scripts")
+
+
+def database_url(args: argparse.Namespace, *, must_exist: bool = False) -> URL:
+    """The database the command works on; ``must_exist`` refuses to create an SQLite file."""
+    url = resolve_url(args.url)
+    if must_exist and is_sqlite(url) and url.database and not Path(url.database).exists():
+        raise HermesStateError(
+            f"there is no database at {url.database}; `hermes-state db upgrade` creates one"
+        )
+    return url
+
+
+def register(commands: Any) -> None:
+    db = commands.add_parser("db", help="migrate and inspect the database schema")
+    actions = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+
+    upgrade = actions.add_parser("upgrade", help="migrate up to REVISION (default: head)")
+    upgrade.add_argument("revision", nargs="?", default="head", metavar="REVISION")
+    upgrade.set_defaults(handler=run_upgrade)
+
+    downgrade = actions.add_parser("downgrade", help="migrate down to REVISION ('base': nothing)")
+    downgrade.add_argument("revision", metavar="REVISION")
+    downgrade.set_defaults(handler=run_downgrade)
+
+    current = actions.add_parser("current", help="print the database's revision")
+    add_json_option(current)
+    current.set_defaults(handler=run_current)
+
+    history = actions.add_parser("history", help="list the revisions, the current one marked")
+    add_json_option(history)
+    history.set_defaults(handler=run_history)
+
+    check = actions.add_parser(
+        "check", help="compare the database with the models; exit 1 on any difference"
+    )
+    add_json_option(check)
+    check.set_defaults(handler=run_check)
+
+
+def _migrate(args: argparse.Namespace, out: Output, direction: str) -> int:
+    url = database_url(args, must_exist=direction == "downgrade")
+    before = schema.revision_of(url)
+    (schema.upgrade if direction == "upgrade" else schema.downgrade)(url, args.revision)
+    after = schema.revision_of(url)
+    where = describe(url)
+    if before == after:
+        out.line(f"{where} is already at {after or 'base'}")
+    else:
+        out.line(f"{where}: {direction}d from {before or 'base'} to {after or 'base'}")
+    return EXIT_OK
+
+
+def run_upgrade(args: argparse.Namespace, out: Output) -> int:
+    return _migrate(args, out, "upgrade")
+
+
+def run_downgrade(args: argparse.Namespace, out: Output) -> int:
+    return _migrate(args, out, "downgrade")
+
+
+def run_current(args: argparse.Namespace, out: Output) -> int:
+    url = database_url(args, must_exist=True)
+    revision = schema.revision_of(url)
+    is_head = revision == schema.HEAD_REVISION
+    out.json(
+        {
+            "database": describe(url),
+            "revision": revision,
+            "head": schema.HEAD_REVISION,
+            "is_head": is_head,
+        }
+    )
+    out.line(
+        f"{revision or 'base'}{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
+    )
+    return EXIT_OK
+
+
+def run_history(args: argparse.Namespace, out: Output) -> int:
+    url = resolve_url(args.url)
+    exists = not (is_sqlite(url) and url.database and not Path(url.database).exists())
+    entries = schema.history(url if exists else None)
+    out.json(
+        [
+            {
+                "revision": entry.revision,
+                "down_revision": entry.down_revision,
+                "message": entry.message,
+                "current": entry.is_current,
+                "head": entry.is_head,
+            }
+            for entry in entries
+        ]
+    )
+    for entry in entries:
+        marks = [
+            word for word, on in (("current", entry.is_current), ("head", entry.is_head)) if on
+        ]
+        marker = "*" if entry.is_current else " "
+        suffix = f" ({', '.join(marks)})" if marks else ""
+        out.line(f"{marker} {entry.revision}{suffix}  {entry.message}")
+    return EXIT_OK
+
+
+def run_check(args: argparse.Namespace, out: Output) -> int:
+    url = database_url(args, must_exist=True)
+    drifts = schema.check(url)
+    out.json(
+        {
+            "database": describe(url),
+            "in_sync": not drifts,
+            "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in drifts],
+        }
+    )
+    if not drifts:
+        out.line(f"{describe(url)} matches the models at {schema.HEAD_REVISION}")
+        return EXIT_OK
+    out.line(f"{describe(url)} differs from the models:")
+    for drift in drifts:
+        out.line(f"  {drift}")
+    return EXIT_REFUSED
