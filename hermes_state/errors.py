@@ -152,10 +152,12 @@ def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
     if "disk is full" in lowered or "disk full" in lowered or _mysql_errno(driver) == 1114:
         return DiskFullError(f"{where} is full ({message}); free space and try again.")
     if any(marker in lowered for marker in _UNREACHABLE_MARKERS):
-        return DatabaseUnavailableError(
-            f"cannot open {where}: {message}. Check the URL, that the server is running, "
-            "and the permissions of the file and its folder."
+        hint = (
+            "Check the URL and that the server is running and accepts this user."
+            if "://" in where
+            else "Check the path and the permissions of the file and its folder."
         )
+        return DatabaseUnavailableError(f"cannot open {where}: {message.rstrip('.')}. {hint}")
     return DatabaseError(f"database error on {where}: {message}")
 
 

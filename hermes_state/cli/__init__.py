@@ -141,10 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hermes-state: {exc}", file=stderr)
         return EXIT_BAD_INPUT
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=stderr,
     )
+    if not args.verbose:  # our own progress at INFO; libraries' chatter only with --verbose
+        for name in ("hermes_state", "gateway"):
+            logging.getLogger(name).setLevel(logging.INFO)
     out = Output(bool(getattr(args, "json", False)), stdout, stderr)
     handler: Handler = args.handler
     try:
