@@ -1,4 +1,4 @@
-"""The gateway's handoff watcher: polls the stores, claims pending rows, delivers each in its own task.
+"""The gateway's handoff watcher: polls stores, claims pending rows, delivers each in its own task.
 
 The watcher (:meth:`GatewayRunner._handoff_watcher`) needs only ``runner._session_db`` (an
 awaitable store), ``runner._running`` (re-read every tick) and ``runner._process_handoff``.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import logging
 import os
@@ -235,7 +236,11 @@ async def _tick(
         )
         task = asyncio.ensure_future(_deliver(runner, db, row, profile_name))
         in_flight[key] = task
-        task.add_done_callback(lambda _task, key=key: in_flight.pop(key, None))
+        task.add_done_callback(functools.partial(_forget, in_flight, key))
+
+
+def _forget(in_flight: dict[Any, asyncio.Task[None]], key: Any, _task: asyncio.Task[None]) -> None:
+    in_flight.pop(key, None)
 
 
 async def _drain(in_flight: dict[Any, asyncio.Task[None]], drain_timeout: float) -> None:
