@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from hermes_state import AsyncSessionDB, SessionDB
+from hermes_state.repository import STRANDED_ERROR
 
 __all__ = [
     "RECLAIM_MESSAGE",
@@ -41,10 +42,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RECLAIM_MESSAGE: Final = (
-    "The gateway stopped while delivering this handoff, so it may or may not have arrived. "
-    "Run /handoff again to retry."
-)
+RECLAIM_MESSAGE: Final = STRANDED_ERROR
 
 Row = Mapping[str, Any]
 #: What delivers a handoff: ``handler(row, profile_name)``, async or sync.
@@ -336,8 +334,10 @@ class GatewayRunner:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(signum, self._on_signal, signum)
                 installed.append(signum)
+        # A single tick (``--once``) has no next tick to pause before.
+        interval = 0.0 if ticks == 1 else self.interval
         try:
-            await GatewayRunner._handoff_watcher(self, self.interval, self.drain_timeout)
+            await GatewayRunner._handoff_watcher(self, interval, self.drain_timeout)
         finally:
             for signum in installed:
                 loop.remove_signal_handler(signum)

@@ -21,7 +21,6 @@ from . import repository
 from .engine import READ_ONLY, Patience, describe, is_sqlite, make_async_engine, resolve_url
 from .errors import InvalidInputError
 from .execution import WriteConnection, next_retry_delay, outcome_of, raise_translated
-from .models import HandoffState
 from .repository import Body, Plan, Row
 from .schema import bring_current, current_revision
 from .statements import Capabilities
@@ -180,10 +179,15 @@ class NativeAsyncSessionDB:
     # -- reads ---------------------------------------------------------------------------------
 
     async def list_pending_handoffs(self) -> list[Row]:
-        return await self._run(repository.list_handoffs(HandoffState.PENDING))
+        return await self._run(repository.list_pending_handoffs())
 
-    async def list_handoffs(self, state: str) -> list[Row]:
-        return await self._run(repository.list_handoffs(state))
+    async def list_handoffs(
+        self, state: str | None = None, *, limit: int | None = None
+    ) -> list[Row]:
+        return await self._run(repository.list_handoffs(state, limit=limit))
+
+    async def handoff_stats(self) -> Row:
+        return await self._run(repository.handoff_stats(now=self._clock()))
 
     async def has_pending_handoffs(self) -> bool:
         return await self._run(repository.has_pending_handoffs())

@@ -23,6 +23,7 @@ from .validation import (
     NAME_LENGTH,
     ROLE_LENGTH,
     clean_error,
+    require_count,
     require_fields,
     require_identifier,
     require_only_states,
@@ -31,6 +32,7 @@ from .validation import (
 )
 
 __all__ = [
+    "STRANDED_ERROR",
     "Outcome",
     "Plan",
     "Step",
@@ -42,14 +44,23 @@ __all__ = [
     "fail_handoff",
     "get_handoff_state",
     "get_messages",
+    "handoff_stats",
     "has_pending_handoffs",
     "list_handoffs",
+    "list_pending_handoffs",
     "reclaim_stale_running_handoffs",
     "request_handoff",
 ]
 
 T = TypeVar("T")
 Row = dict[str, Any]
+
+
+#: The error a reclaimed row gets: the delivery may or may not have happened, so say how to retry.
+STRANDED_ERROR = (
+    "The gateway stopped while delivering this handoff, so it may or may not have arrived. "
+    "Run /handoff again to retry."
+)
 
 
 class UnknownSessionError(HermesStateError, LookupError):
@@ -217,8 +228,35 @@ def reclaim_stale_running_handoffs(error: object, *, now: float) -> Plan[list[st
     return Plan(_reclaim, clean_error(error), now, writes=True)
 
 
-def list_handoffs(state: object = HandoffState.PENDING) -> Plan[list[Row]]:
-    return Plan(_rows, statements.list_handoffs(require_state(state)), {}, writes=False)
+def list_pending_handoffs() -> Plan[list[Row]]:
+    return Plan(_rows, statements.list_handoffs(HandoffState.PENDING), {}, writes=False)
+
+
+def list_handoffs(state: object = None, *, limit: object = None) -> Plan[list[Row]]:
+    """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them."""
+    wanted = None if state is None else require_state(state)
+    if limit is None:
+        return Plan(_rows, statements.list_handoffs(wanted), {}, writes=False)
+    params = {"limit": require_count("limit", limit)}
+    return Plan(_rows, statements.list_handoffs(wanted, limited=True), params, writes=False)
+
+
+def handoff_stats(*, now: float) -> Plan[Row]:
+    return Plan(_stats, now, writes=False)
+
+
+def _stats(_caps: Capabilities, now: float) -> Body[Row]:
+    counted = yield Step(statements.count_handoffs_by_state())
+    counts = {state.value: 0 for state in HandoffState}
+    counts.update({row["state"]: int(row["count"]) for row in counted.rows})
+    oldest = yield Step(statements.oldest_pending_requested_at())
+    requested_at = oldest.rows[0]["requested_at"] if oldest.rows else None
+    return {
+        "counts": counts,
+        "oldest_pending_age_seconds": None
+        if requested_at is None
+        else max(0.0, now - requested_at),
+    }
 
 
 def has_pending_handoffs() -> Plan[bool]:

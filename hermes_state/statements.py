@@ -226,10 +226,13 @@ def reclaim_running_handoffs(returning: bool, by_id: bool) -> Update:
 
 
 @functools.cache
-def list_handoffs(state: HandoffState) -> Select[tuple[object, ...]]:
-    """Whole rows in ``state``, oldest session first (O(rows) for pending and running, which are
-    indexed; a scan for completed and failed, which only administrators list)."""
-    return select(sessions).where(state_is(state)).order_by(_c.started_at, _c.id)
+def list_handoffs(state: HandoffState | None, limited: bool = False) -> Select[tuple[object, ...]]:
+    """Whole rows in ``state`` (any handoff state for None), oldest session first, at most
+    ``:limit`` when ``limited``. O(rows) for pending and running, which are indexed; a scan for
+    the others, which only administrators list."""
+    condition = _c.handoff_state.is_not(None) if state is None else state_is(state)
+    stmt = select(sessions).where(condition).order_by(_c.started_at, _c.id)
+    return stmt.limit(bindparam("limit")) if limited else stmt
 
 
 @functools.cache
@@ -257,4 +260,6 @@ def count_handoffs_by_state() -> Select[tuple[str | None, int]]:
 
 @functools.cache
 def oldest_pending_requested_at() -> Select[tuple[float | None]]:
-    return select(func.min(_c.handoff_requested_at)).where(state_is(HandoffState.PENDING))
+    return select(func.min(_c.handoff_requested_at).label("requested_at")).where(
+        state_is(HandoffState.PENDING)
+    )

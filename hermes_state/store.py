@@ -14,7 +14,6 @@ from . import repository
 from .engine import Patience, describe, is_sqlite, make_engine, resolve_url
 from .errors import InvalidInputError
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
-from .models import HandoffState
 from .repository import Plan, Row
 from .schema import ensure_current
 
@@ -138,11 +137,15 @@ class SessionDB:
 
     def list_pending_handoffs(self) -> list[Row]:
         """Pending rows, whole, oldest ``started_at`` first."""
-        return self._run(repository.list_handoffs(HandoffState.PENDING))
+        return self._run(repository.list_pending_handoffs())
 
-    def list_handoffs(self, state: str) -> list[Row]:
-        """Rows in ``state``, whole, oldest ``started_at`` first."""
-        return self._run(repository.list_handoffs(state))
+    def list_handoffs(self, state: str | None = None, *, limit: int | None = None) -> list[Row]:
+        """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first."""
+        return self._run(repository.list_handoffs(state, limit=limit))
+
+    def handoff_stats(self) -> Row:
+        """``{"counts": {state: n}, "oldest_pending_age_seconds": float | None}``."""
+        return self._run(repository.handoff_stats(now=self._clock()))
 
     def has_pending_handoffs(self) -> bool:
         """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""

@@ -12,6 +12,7 @@ from .models import ERROR_LIMIT, ID_LENGTH, HandoffState
 
 __all__ = [
     "clean_error",
+    "require_count",
     "require_fields",
     "require_identifier",
     "require_only_states",
@@ -70,6 +71,15 @@ def require_text(name: str, value: object, *, nullable: bool = True) -> str | No
             f"{name} must not contain NUL characters (PostgreSQL cannot store them)"
         )
     _check_encodable(name, value)
+    return value
+
+
+def require_count(name: str, value: object) -> int:
+    """A whole number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
+    if value < 1:
+        raise InvalidInputError(f"{name} must be at least 1, not {value}")
     return value
 
 

@@ -14,8 +14,12 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from sqlalchemy.engine import URL
+
+from ..engine import is_sqlite, resolve_url
 from ..errors import (
     HermesStateError,
     InvalidInputError,
@@ -23,7 +27,20 @@ from ..errors import (
     NotADatabaseError,
 )
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REFUSED", "Output", "add_option", "main"]
+if TYPE_CHECKING:
+    from ..store import SessionDB
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "Output",
+    "add_json_option",
+    "add_option",
+    "database_url",
+    "main",
+    "open_store",
+]
 
 EXIT_OK: Final = 0
 EXIT_REFUSED: Final = 1
@@ -52,6 +69,27 @@ class Output:
 
     def error(self, text: str) -> None:
         print(f"hermes-state: {text}", file=self.stderr)
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    add_option(parser, "--json", env="HERMES_STATE_JSON", flag=True, help="print JSON for scripts")
+
+
+def database_url(args: argparse.Namespace, *, must_exist: bool = False) -> URL:
+    """The database a command works on; ``must_exist`` refuses to create an SQLite file."""
+    url = resolve_url(args.url)
+    if must_exist and is_sqlite(url) and url.database and not Path(url.database).exists():
+        raise HermesStateError(
+            f"there is no database at {url.database}; `hermes-state db upgrade` creates one"
+        )
+    return url
+
+
+def open_store(args: argparse.Namespace, *, must_exist: bool = False) -> SessionDB:
+    """The store a command works on (an embedded file is created and migrated on demand)."""
+    from ..store import SessionDB
+
+    return SessionDB(url=database_url(args, must_exist=must_exist))
 
 
 def env_flag(name: str) -> bool:
@@ -105,7 +143,7 @@ def repeated(args: argparse.Namespace, name: str) -> list[Any]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from . import db
+    from . import db, demo, handoff, session, watch
 
     parser = argparse.ArgumentParser(
         prog="hermes-state",
@@ -124,7 +162,7 @@ def _build_parser() -> argparse.ArgumentParser:
         parser, "-v", "--verbose", env="HERMES_STATE_VERBOSE", flag=True, help="log debug detail"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (db,):
+    for module in (db, session, handoff, watch, demo):
         module.register(commands)
     return parser
 
@@ -149,9 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("hermes_state", "gateway"):
             logging.getLogger(name).setLevel(logging.INFO)
     out = Output(bool(getattr(args, "json", False)), stdout, stderr)
-    handler: Handler = args.handler
+    command_function: Handler = args.command_function
     try:
-        return handler(args, out)
+        return command_function(args, out)
     except (InvalidInputError, InvalidInputTypeError, NotADatabaseError) as exc:
         out.error(str(exc))
         return EXIT_BAD_INPUT

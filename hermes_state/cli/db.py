@@ -6,26 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import URL
-
 from .. import schema
 from ..engine import describe, is_sqlite, resolve_url
-from ..errors import HermesStateError
-from . import EXIT_OK, EXIT_REFUSED, Output, add_option
-
-
-def add_json_option(parser: argparse.ArgumentParser) -> None:
-    add_option(parser, "--json", env="HERMES_STATE_JSON", flag=True, help="print JSON for scripts")
-
-
-def database_url(args: argparse.Namespace, *, must_exist: bool = False) -> URL:
-    """The database the command works on; ``must_exist`` refuses to create an SQLite file."""
-    url = resolve_url(args.url)
-    if must_exist and is_sqlite(url) and url.database and not Path(url.database).exists():
-        raise HermesStateError(
-            f"there is no database at {url.database}; `hermes-state db upgrade` creates one"
-        )
-    return url
+from . import EXIT_OK, EXIT_REFUSED, Output, add_json_option, database_url
 
 
 def register(commands: Any) -> None:
@@ -34,25 +17,25 @@ def register(commands: Any) -> None:
 
     upgrade = actions.add_parser("upgrade", help="migrate up to REVISION (default: head)")
     upgrade.add_argument("revision", nargs="?", default="head", metavar="REVISION")
-    upgrade.set_defaults(handler=run_upgrade)
+    upgrade.set_defaults(command_function=run_upgrade)
 
     downgrade = actions.add_parser("downgrade", help="migrate down to REVISION ('base': nothing)")
     downgrade.add_argument("revision", metavar="REVISION")
-    downgrade.set_defaults(handler=run_downgrade)
+    downgrade.set_defaults(command_function=run_downgrade)
 
     current = actions.add_parser("current", help="print the database's revision")
     add_json_option(current)
-    current.set_defaults(handler=run_current)
+    current.set_defaults(command_function=run_current)
 
     history = actions.add_parser("history", help="list the revisions, the current one marked")
     add_json_option(history)
-    history.set_defaults(handler=run_history)
+    history.set_defaults(command_function=run_history)
 
     check = actions.add_parser(
         "check", help="compare the database with the models; exit 1 on any difference"
     )
     add_json_option(check)
-    check.set_defaults(handler=run_check)
+    check.set_defaults(command_function=run_check)
 
 
 def _migrate(args: argparse.Namespace, out: Output, direction: str) -> int:

@@ -1,0 +1,210 @@
+"""``hermes-state handoff``: request, inspect and repair handoffs; ``--wait`` follows one."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ..models import HandoffState
+from ..repository import STRANDED_ERROR
+from ..store import SessionDB
+from . import EXIT_OK, EXIT_REFUSED, Output, add_json_option, add_option, open_store
+
+# The waiting CLI's patience (seconds). A request nobody claims within PENDING_PATIENCE is
+# failed (only while still pending); a claimed one is never failed by the waiter.
+PENDING_PATIENCE: Final = 60.0
+RUNNING_PATIENCE: Final = 15 * 60.0
+POLL_INTERVAL: Final = 0.5
+PROGRESS_INTERVAL: Final = 15.0
+UNCLAIMED_ERROR: Final = (
+    f"No gateway picked up the handoff within {PENDING_PATIENCE:g} s; the gateway may be down."
+)
+
+# Module attributes, so tests can drive time without waiting.
+monotonic = time.monotonic
+sleep = time.sleep
+
+
+def register(commands: Any) -> None:
+    handoff = commands.add_parser("handoff", help="request, inspect and repair handoffs")
+    actions = handoff.add_subparsers(dest="handoff_command", metavar="ACTION", required=True)
+
+    request = actions.add_parser("request", help="ask a gateway to continue SESSION_ID on PLATFORM")
+    request.add_argument("session_id", metavar="SESSION_ID")
+    request.add_argument("platform", metavar="PLATFORM")
+    add_option(
+        request,
+        "--wait",
+        env="HERMES_STATE_WAIT",
+        flag=True,
+        help=f"follow the handoff: up to {PENDING_PATIENCE:g} s for a gateway to claim it, "
+        f"then up to {RUNNING_PATIENCE / 60:g} min for the delivery",
+    )
+    request.set_defaults(command_function=run_request)
+
+    show = actions.add_parser("show", help="the handoff state of SESSION_ID")
+    show.add_argument("session_id", metavar="SESSION_ID")
+    add_json_option(show)
+    show.set_defaults(command_function=run_show)
+
+    listing = actions.add_parser("list", help="sessions with a handoff, oldest first")
+    listing.add_argument(
+        "--state", choices=[state.value for state in HandoffState], help="only this state"
+    )
+    listing.add_argument(
+        "--limit", type=int, default=200, help="at most this many rows (default 200; 0: all)"
+    )
+    add_json_option(listing)
+    listing.set_defaults(command_function=run_list)
+
+    fail = actions.add_parser("fail", help="mark a pending or running handoff failed")
+    fail.add_argument("session_id", metavar="SESSION_ID")
+    fail.add_argument("error", metavar="ERROR", help="the reason, shown to the user")
+    fail.add_argument(
+        "--only-pending",
+        action="store_true",
+        help="refuse when a gateway has already claimed it (what a waiting CLI does)",
+    )
+    fail.set_defaults(command_function=run_fail)
+
+    reclaim = actions.add_parser(
+        "reclaim", help="fail every running handoff (after a gateway died mid-delivery)"
+    )
+    add_json_option(reclaim)
+    reclaim.set_defaults(command_function=run_reclaim)
+
+    stats = actions.add_parser("stats", help="counts per state, age of the oldest pending")
+    add_json_option(stats)
+    stats.set_defaults(command_function=run_stats)
+
+
+def _describe(state: Mapping[str, Any]) -> str:
+    text = f"{state['state'] or 'never requested'}"
+    if state.get("platform"):
+        text += f" (platform {state['platform']})"
+    if state.get("error"):
+        text += f": {state['error']}"
+    return text
+
+
+def run_request(args: argparse.Namespace, out: Output) -> int:
+    with open_store(args) as db:
+        if db.request_handoff(args.session_id, args.platform):
+            out.line(f"handoff of {args.session_id!r} to {args.platform} requested")
+            return wait_for_outcome(db, args.session_id, out) if args.wait else EXIT_OK
+        state = db.get_handoff_state(args.session_id)
+    if state is None:
+        out.error(
+            f"no session {args.session_id!r}; create it first "
+            "(`hermes-state session create SESSION_ID`)"
+        )
+    else:
+        out.error(
+            f"a handoff of {args.session_id!r} is already in flight ({_describe(state)}); "
+            "wait for it to finish, or fail it with `hermes-state handoff fail`"
+        )
+    return EXIT_REFUSED
+
+
+def wait_for_outcome(db: SessionDB, session_id: str, out: Output) -> int:
+    """Follow a requested handoff until it completes, fails, or the waiter's patience ends."""
+    started = monotonic()
+    claimed_at: float | None = None
+    last_progress = started
+    while True:
+        state = db.get_handoff_state(session_id)
+        current = state["state"] if state else None
+        now = monotonic()
+        if current == HandoffState.COMPLETED:
+            out.line(f"handoff of {session_id!r} delivered")
+            return EXIT_OK
+        if current == HandoffState.FAILED:
+            out.error(f"handoff of {session_id!r} failed: {state['error'] if state else ''}")
+            return EXIT_REFUSED
+        if current == HandoffState.PENDING and now - started >= PENDING_PATIENCE:
+            if db.fail_handoff(session_id, UNCLAIMED_ERROR, only_states=("pending",)):
+                out.error(
+                    f"no gateway claimed the handoff within {PENDING_PATIENCE:g} s, so it was "
+                    "failed; the gateway may be down (start one with `hermes-state watch`)"
+                )
+                return EXIT_REFUSED
+            continue  # claimed at the last moment: follow the delivery instead
+        if current == HandoffState.RUNNING:
+            if claimed_at is None:
+                claimed_at = last_progress = now
+                out.line("a gateway claimed the handoff; delivering...")
+            elif now - claimed_at >= RUNNING_PATIENCE:
+                out.error(
+                    f"still delivering after {RUNNING_PATIENCE / 60:g} min; it is left to the "
+                    f"gateway. Check later with `hermes-state handoff show {session_id}`"
+                )
+                return EXIT_REFUSED
+            elif now - last_progress >= PROGRESS_INTERVAL:
+                last_progress = now
+                out.line(f"still delivering ({now - claimed_at:.0f} s)...")
+        elif current not in (HandoffState.PENDING, HandoffState.RUNNING):
+            out.error(f"the handoff of {session_id!r} disappeared (state: {current})")
+            return EXIT_REFUSED
+        sleep(POLL_INTERVAL)
+
+
+def run_show(args: argparse.Namespace, out: Output) -> int:
+    with open_store(args, must_exist=True) as db:
+        state = db.get_handoff_state(args.session_id)
+    if state is None:
+        out.error(f"no session {args.session_id!r}")
+        return EXIT_REFUSED
+    out.json({"id": args.session_id, **state})
+    out.line(f"{args.session_id}: {_describe(state)}")
+    return EXIT_OK
+
+
+def run_list(args: argparse.Namespace, out: Output) -> int:
+    with open_store(args, must_exist=True) as db:
+        rows = db.list_handoffs(args.state, limit=args.limit or None)
+    out.json(rows)
+    for row in rows:
+        error = f"  {row['handoff_error']}" if row.get("handoff_error") else ""
+        out.line(f"{row['id']}\t{row['handoff_state']}\t{row['handoff_platform'] or '-'}{error}")
+    if not rows:
+        out.line("no handoffs" + (f" in state {args.state}" if args.state else ""))
+    return EXIT_OK
+
+
+def run_fail(args: argparse.Namespace, out: Output) -> int:
+    only_states = ("pending",) if args.only_pending else None
+    with open_store(args, must_exist=True) as db:
+        if db.fail_handoff(args.session_id, args.error, only_states=only_states):
+            out.line(f"handoff of {args.session_id!r} marked failed")
+            return EXIT_OK
+        state = db.get_handoff_state(args.session_id)
+    if state is None:
+        out.error(f"no session {args.session_id!r}")
+    else:
+        allowed = "pending" if args.only_pending else "pending or running"
+        out.error(f"the handoff of {args.session_id!r} is not {allowed}: {_describe(state)}")
+    return EXIT_REFUSED
+
+
+def run_reclaim(args: argparse.Namespace, out: Output) -> int:
+    with open_store(args, must_exist=True) as db:
+        reclaimed = db.reclaim_stale_running_handoffs(STRANDED_ERROR)
+    out.json({"reclaimed": reclaimed})
+    out.line(
+        f"reclaimed {len(reclaimed)} running handoff(s)"
+        + "".join(f"\n  {sid}" for sid in reclaimed)
+    )
+    return EXIT_OK
+
+
+def run_stats(args: argparse.Namespace, out: Output) -> int:
+    with open_store(args, must_exist=True) as db:
+        stats = db.handoff_stats()
+    out.json(stats)
+    for state, count in stats["counts"].items():
+        out.line(f"{state:>10}  {count}")
+    age = stats["oldest_pending_age_seconds"]
+    out.line("oldest pending: " + ("none" if age is None else f"{age:.0f} s ago"))
+    return EXIT_OK

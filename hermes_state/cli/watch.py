@@ -1,0 +1,189 @@
+"""``hermes-state watch``: a handoff watcher delivering with a shell command or a function."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, Final
+
+from ..errors import HermesStateError, InvalidInputError
+from . import EXIT_OK, Output, add_option, open_store, repeated
+
+logger = logging.getLogger("hermes_state.watch")
+
+STDERR_TAIL: Final = 400  # characters of a failed command's stderr kept as the handoff error
+
+
+class DeliveryFailed(HermesStateError):
+    """The delivery command exited with a non-zero status."""
+
+
+class ExecHandler:
+    """Delivers a handoff by running ``command`` through the shell.
+
+    The row goes to the command's stdin as JSON, with ``HERMES_SESSION_ID``,
+    ``HERMES_HANDOFF_PLATFORM`` and ``HERMES_PROFILE`` in its environment. Exit 0 completes the
+    handoff; anything else fails it with the tail of the command's stderr (or "exit N"). The
+    command runs in its own process group, which is killed if the delivery is cancelled.
+    """
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __repr__(self) -> str:
+        return f"ExecHandler({self.command!r})"
+
+    async def __call__(self, row: Mapping[str, Any], profile_name: str | None) -> None:
+        environment = {
+            **os.environ,
+            "HERMES_SESSION_ID": str(row["id"]),
+            "HERMES_HANDOFF_PLATFORM": str(row.get("handoff_platform") or ""),
+            "HERMES_PROFILE": profile_name or "",
+        }
+        process = await asyncio.create_subprocess_shell(
+            self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=environment,
+            start_new_session=True,
+        )
+        payload = json.dumps(dict(row), default=str).encode()
+        try:
+            _, stderr = await process.communicate(payload)
+        except asyncio.CancelledError:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            raise
+        if process.returncode != 0:
+            tail = stderr.decode("utf-8", "replace").strip()[-STDERR_TAIL:]
+            raise DeliveryFailed(tail or f"exit {process.returncode}")
+
+
+def load_handler(spec: str) -> Any:
+    """``package.module:function`` -> the function (async or sync, taking row and profile)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise InvalidInputError(f"--handler must look like package.module:function, not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInputError(f"cannot import {module_name!r} for --handler: {exc}") from None
+    handler = getattr(module, attribute, None)
+    if not callable(handler):
+        raise InvalidInputError(f"{module_name} has no callable {attribute!r} for --handler")
+    if inspect.iscoroutinefunction(handler):
+        return handler
+
+    async def in_thread(row: Mapping[str, Any], profile_name: str | None) -> Any:
+        return await asyncio.to_thread(handler, row, profile_name)
+
+    return in_thread
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, not {text!r}")
+    return value
+
+
+def _profile(text: str) -> tuple[str, Path]:
+    name, sep, home = text.partition("=")
+    if not sep or not name.strip() or not home.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=HOME, not {text!r}")
+    return name.strip(), Path(home.strip()).expanduser()
+
+
+def register(commands: Any) -> None:
+    watch = commands.add_parser(
+        "watch",
+        help="run a handoff watcher (a gateway)",
+        description="Claim pending handoffs and deliver each one, until SIGINT or SIGTERM; "
+        "then stop claiming, wait for deliveries in flight (--drain-timeout) and exit.",
+    )
+    add_option(
+        watch,
+        "--exec",
+        env="HERMES_STATE_WATCH_EXEC",
+        metavar="CMD",
+        help="deliver by running CMD through the shell (row as JSON on stdin)",
+    )
+    add_option(
+        watch,
+        "--handler",
+        env="HERMES_STATE_WATCH_HANDLER",
+        metavar="MODULE:FUNC",
+        help="deliver by calling FUNC(row, profile_name), async or sync",
+    )
+    add_option(
+        watch,
+        "--interval",
+        env="HERMES_STATE_WATCH_INTERVAL",
+        kind=_seconds,
+        default=2.0,
+        metavar="S",
+        help="seconds between polls (default 2)",
+    )
+    add_option(
+        watch,
+        "--drain-timeout",
+        env="HERMES_STATE_DRAIN_TIMEOUT",
+        kind=_seconds,
+        default=30.0,
+        metavar="S",
+        help="on stop, seconds to wait for deliveries in flight (default 30)",
+    )
+    add_option(
+        watch,
+        "--profile",
+        env="HERMES_STATE_WATCH_PROFILES",
+        kind=_profile,
+        repeatable=True,
+        metavar="NAME=HOME",
+        help="also serve this profile's HOME/state.db (repeatable; env: comma-separated)",
+    )
+    add_option(
+        watch,
+        "--once",
+        env="HERMES_STATE_WATCH_ONCE",
+        flag=True,
+        help="poll once, wait for the deliveries, and exit",
+    )
+    watch.set_defaults(command_function=run_watch)
+
+
+def run_watch(args: argparse.Namespace, out: Output) -> int:
+    from gateway.run import GatewayRunner
+
+    if bool(args.exec) == bool(args.handler):
+        raise InvalidInputError("watch needs exactly one of --exec CMD or --handler MODULE:FUNC")
+    handler = ExecHandler(args.exec) if args.exec else load_handler(args.handler)
+    store = open_store(args)
+    runner = GatewayRunner(
+        store,
+        handler,
+        profiles=repeated(args, "profile"),
+        interval=args.interval,
+        drain_timeout=args.drain_timeout,
+    )
+    logger.info("watching %s every %gs with %r", store.where, args.interval, handler)
+
+    async def serve() -> None:
+        try:
+            await runner.run(ticks=1 if args.once else None)
+        finally:
+            await runner.close()
+
+    asyncio.run(serve())
+    logger.info("watcher stopped")
+    return EXIT_OK
