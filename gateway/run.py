@@ -23,13 +23,16 @@ import inspect
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from hermes_state import AsyncSessionDB, SessionDB
+from sqlalchemy.engine import URL
+
+from hermes_state import AsyncSessionDB, SessionDB, notify
 from hermes_state.repository import STRANDED_ERROR
 
 __all__ = [
@@ -37,12 +40,14 @@ __all__ = [
     "GatewayConfig",
     "GatewayRunner",
     "Handler",
+    "default_owner",
     "get_hermes_home",
 ]
 
 logger = logging.getLogger(__name__)
 
 RECLAIM_MESSAGE: Final = STRANDED_ERROR
+DEFAULT_MAX_CONCURRENCY: Final = 3
 
 Row = Mapping[str, Any]
 #: What delivers a handoff: ``handler(row, profile_name)``, async or sync.
@@ -60,6 +65,15 @@ _profile_stores_lock = threading.Lock()
 def get_hermes_home() -> Path:
     """The launch home: ``$HERMES_HOME``, defaulting to ``~/.hermes``."""
     return Path(os.environ.get("HERMES_HOME") or "~/.hermes").expanduser()
+
+
+def default_owner() -> str:
+    """A gateway identity stable across restarts: host name and launch home.
+
+    A restarted gateway recognises its previous life's claims by it and reclaims them at once
+    instead of waiting for their leases to expire.
+    """
+    return f"{socket.gethostname()}:{get_hermes_home().resolve()}"
 
 
 @dataclass(frozen=True)
@@ -205,28 +219,68 @@ async def _deliver(runner: Any, db: Any, row: Row, profile_name: str | None) -> 
     except Exception as exc:
         error = str(exc) or type(exc).__name__
         logger.info("handoff %s failed: %s", session_id, error)
-        try:
-            await db.fail_handoff(session_id, error)
-        except Exception:
-            logger.exception("could not record the failure of %s", session_id)
+        await _record_outcome(db.fail_handoff(session_id, error), session_id, "failure")
         return
+    if await _record_outcome(db.complete_handoff(session_id), session_id, "completion"):
+        logger.info("handoff %s completed", session_id)
+
+
+async def _record_outcome(write: Awaitable[Any], session_id: str, what: str) -> bool:
+    """Await the store's complete/fail; a fenced store answers False when the claim was lost."""
     try:
-        await db.complete_handoff(session_id)
+        recorded = await write
     except Exception:
-        logger.exception("could not record the completion of %s", session_id)
-        return
-    logger.info("handoff %s completed", session_id)
+        logger.exception(
+            "could not record the %s of %s; it stays running until reclaimed", what, session_id
+        )
+        return False
+    if recorded is False:
+        logger.warning(
+            "the %s of %s was discarded: its claim was reclaimed meanwhile "
+            "(lease expired or gateway presumed dead)",
+            what,
+            session_id,
+        )
+        return False
+    return True
+
+
+@dataclass
+class _ScopeState:
+    """What the watcher remembers of one scope between ticks."""
+
+    change_token: int | None = None
+    backlog: bool = True  # rows may be pending that the last tick did not claim
 
 
 async def _tick(
-    runner: Any, profile_name: str | None, in_flight: dict[Any, asyncio.Task[None]]
+    runner: Any,
+    profile_name: str | None,
+    in_flight: dict[Any, asyncio.Task[None]],
+    state: _ScopeState,
+    limit: int | None,
 ) -> None:
-    """One poll of the current scope's store: claim what is pending and dispatch each row."""
+    """One poll of the current scope's store: claim what is pending and dispatch each row.
+
+    Claims no more rows than free delivery slots (``limit``), leaving the rest pending for
+    other gateways. When the store offers a change token and nothing changed since a tick that
+    left no backlog, the listing is skipped (the cheap idle poll on SQLite).
+    """
     db = runner._session_db
+    token_of = getattr(db, "handoff_change_token", None)
+    if token_of is not None:
+        token = await token_of()
+        if token is not None and token == state.change_token and not state.backlog:
+            return
+        state.change_token = token
+    state.backlog = False
     for row in await db.list_pending_handoffs():
         key = (profile_name, row["id"])
         if key in in_flight:
             continue
+        if limit is not None and len(in_flight) >= limit:
+            state.backlog = True  # left for another gateway, or for a slot freeing up here
+            break
         if not await db.claim_handoff(row["id"]):
             continue  # another gateway (or a waiter's fail) got there first
         logger.info(
@@ -234,11 +288,71 @@ async def _tick(
         )
         task = asyncio.ensure_future(_deliver(runner, db, row, profile_name))
         in_flight[key] = task
-        task.add_done_callback(functools.partial(_forget, in_flight, key))
+        task.add_done_callback(functools.partial(_forget, runner, in_flight, key))
 
 
-def _forget(in_flight: dict[Any, asyncio.Task[None]], key: Any, _task: asyncio.Task[None]) -> None:
+def _forget(
+    runner: Any, in_flight: dict[Any, asyncio.Task[None]], key: Any, _task: asyncio.Task[None]
+) -> None:
     in_flight.pop(key, None)
+    wakeup = getattr(runner, "_handoff_wakeup", None)
+    if wakeup is not None:
+        wakeup.set()  # a slot is free: a backlog can be claimed now, not an interval later
+
+
+async def _pause(runner: Any, interval: float) -> None:
+    """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one."""
+    wakeup = getattr(runner, "_handoff_wakeup", None)
+    if wakeup is None:
+        await asyncio.sleep(interval)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wakeup.wait(), interval)
+    wakeup.clear()
+
+
+def _start_lease_keeper(
+    runner: Any, scopes: list[Scope], in_flight: dict[Any, asyncio.Task[None]]
+) -> asyncio.Task[None] | None:
+    """Lease upkeep every third of the root store's lease, when it has one."""
+    lease = getattr(runner._session_db, "lease_seconds", None)
+    if not isinstance(lease, int | float) or isinstance(lease, bool) or lease <= 0:
+        return None
+    return asyncio.ensure_future(_keep_leases(runner, scopes, in_flight, lease / 3))
+
+
+async def _keep_leases(
+    runner: Any, scopes: list[Scope], in_flight: dict[Any, asyncio.Task[None]], period: float
+) -> None:
+    """Every ``period`` s: renew the leases of rows in flight, and fail rows whose lease
+    expired (their gateway stopped renewing: it died or hung), in every scope."""
+    while True:
+        await asyncio.sleep(period)
+        for profile_name, home in scopes:
+            held = [session_id for scope, session_id in list(in_flight) if scope == profile_name]
+            try:
+                async with _enter_scope(home):
+                    await _upkeep(runner._session_db, held)
+            except Exception:
+                logger.warning(
+                    "lease upkeep failed in %s", profile_name or "the root store", exc_info=True
+                )
+
+
+async def _upkeep(db: Any, held: list[str]) -> None:
+    renew = getattr(db, "renew_handoff_leases", None)
+    if held and renew is not None:
+        renewed = set(await renew(held))
+        for session_id in sorted(set(held) - renewed):
+            logger.warning(
+                "lost the lease of %s: another gateway may have reclaimed it; "
+                "its outcome will be discarded",
+                session_id,
+            )
+    reclaim = getattr(db, "reclaim_expired_handoffs", None)
+    if reclaim is not None:
+        for session_id in await reclaim(RECLAIM_MESSAGE):
+            logger.info("reclaimed %s: its gateway's lease expired", session_id)
 
 
 async def _drain(in_flight: dict[Any, asyncio.Task[None]], drain_timeout: float) -> None:
@@ -273,14 +387,19 @@ class GatewayRunner:
         profiles: Iterable[tuple[str, str | os.PathLike[str]]] = (),
         interval: float = 2.0,
         drain_timeout: float = 30.0,
+        max_concurrency: int | None = DEFAULT_MAX_CONCURRENCY,
     ) -> None:
         if handler is None:
             raise TypeError("GatewayRunner needs a handler: handler(row, profile_name)")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         self._root_db = _as_awaitable_store(store)
         self._handler = handler
         self.config = GatewayConfig(tuple((name, Path(home)) for name, home in profiles))
         self.interval = interval
         self.drain_timeout = drain_timeout
+        self._handoff_max_concurrency = max_concurrency
+        self._handoff_wakeup = asyncio.Event()
         self._running: Any = False
 
     @property
@@ -303,6 +422,9 @@ class GatewayRunner:
         scopes = await _resolve_scopes(self)
         await _reclaim_stranded(self, scopes)
         in_flight: dict[Any, asyncio.Task[None]] = {}
+        states = {profile_name: _ScopeState() for profile_name, _home in scopes}
+        limit = getattr(self, "_handoff_max_concurrency", None)
+        keeper = _start_lease_keeper(self, scopes, in_flight)
         try:
             while self._running:
                 for profile_name, home in scopes:
@@ -310,20 +432,24 @@ class GatewayRunner:
                         continue
                     try:
                         async with _enter_scope(home):
-                            await _tick(self, profile_name, in_flight)
+                            await _tick(self, profile_name, in_flight, states[profile_name], limit)
                     except Exception:
                         logger.warning(
                             "poll of %s failed; retrying next tick",
                             profile_name or "the root store",
                             exc_info=True,
                         )
-                await asyncio.sleep(interval)
+                await _pause(self, interval)
         finally:
-            await _drain(in_flight, drain_timeout)
+            await _drain(in_flight, drain_timeout)  # leases are still renewed while draining
+            if keeper is not None:
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
 
     def stop(self) -> None:
         """Stop polling; ``run`` then drains in-flight deliveries and returns."""
         self._running = False
+        self._handoff_wakeup.set()
 
     async def run(self, *, ticks: int | None = None) -> None:
         """Serve until stopped (SIGINT/SIGTERM), or for ``ticks`` polls when given."""
@@ -336,11 +462,37 @@ class GatewayRunner:
                 installed.append(signum)
         # A single tick (``--once``) has no next tick to pause before.
         interval = 0.0 if ticks == 1 else self.interval
+        stop_wakeups = self._start_wakeups(loop)
         try:
             await GatewayRunner._handoff_watcher(self, interval, self.drain_timeout)
         finally:
+            await stop_wakeups()
             for signum in installed:
                 loop.remove_signal_handler(signum)
+
+    def _start_wakeups(self, loop: asyncio.AbstractEventLoop) -> Callable[[], Awaitable[None]]:
+        """Wake the watcher early on new requests: from this process always, and through
+        LISTEN/NOTIFY when the root store is PostgreSQL. Returns the function that stops them."""
+        url = getattr(self._root_db, "url", None)
+        if not isinstance(url, URL):
+            return _nothing_to_stop
+        wakeup = self._handoff_wakeup
+
+        def wake_from_any_thread() -> None:
+            loop.call_soon_threadsafe(wakeup.set)
+
+        unsubscribe = notify.subscribe(notify.database_key(url), wake_from_any_thread)
+        listener = None
+        if url.get_backend_name() == "postgresql":
+            listener = asyncio.ensure_future(notify.PostgresListener(url, wakeup.set).run())
+
+        async def stop() -> None:
+            unsubscribe()
+            if listener is not None:
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
+
+        return stop
 
     def _on_signal(self, signum: int) -> None:
         logger.info(
@@ -352,6 +504,10 @@ class GatewayRunner:
         close: Callable[[], Awaitable[Any]] | None = getattr(self._root_db, "close", None)
         if close is not None:
             await close()
+
+
+async def _nothing_to_stop() -> None:
+    return None
 
 
 class _TickBudget:

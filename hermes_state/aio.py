@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -18,19 +18,19 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import repository
-from .engine import READ_ONLY, Patience, describe, is_sqlite, make_async_engine, resolve_url
-from .errors import InvalidInputError
+from .engine import READ_ONLY, is_sqlite, make_async_engine
 from .execution import WriteConnection, next_retry_delay, outcome_of, raise_translated
 from .repository import Body, Plan, Row
 from .schema import bring_current, current_revision
 from .statements import Capabilities
+from .store import StoreSettings
 
 __all__ = ["NativeAsyncSessionDB"]
 
 T = TypeVar("T")
 
 
-async def drive(body: Body[T], connection: AsyncConnection) -> T:
+async def drive(body: Body[Any], connection: AsyncConnection) -> Any:
     """Execute each step a plan yields on ``connection`` and return what the plan returns."""
     try:
         step = next(body)
@@ -38,11 +38,10 @@ async def drive(body: Body[T], connection: AsyncConnection) -> T:
             result = await connection.execute(step.statement, step.params)
             step = body.send(outcome_of(result, step))
     except StopIteration as stop:
-        value: T = stop.value
-        return value
+        return stop.value
 
 
-class NativeAsyncSessionDB:
+class NativeAsyncSessionDB(StoreSettings):
     """The asyncio twin of :class:`~hermes_state.SessionDB`, with the same method names.
 
     The schema is checked (and an embedded file upgraded, in a worker thread) on the first
@@ -56,19 +55,20 @@ class NativeAsyncSessionDB:
         url: str | URL | None = None,
         busy_patience: float = 30.0,
         clock: Callable[[], float] = time.time,
+        owner: str | None = None,
+        lease_seconds: float | None = None,
     ) -> None:
-        if db_path is not None and url is not None:
-            raise InvalidInputError("give NativeAsyncSessionDB either db_path or url, not both")
-        self.url = resolve_url(url if url is not None else db_path)
-        self.where = describe(self.url)
+        super().__init__(
+            db_path,
+            url,
+            busy_patience=busy_patience,
+            clock=clock,
+            owner=owner,
+            lease_seconds=lease_seconds,
+        )
         self._engine = make_async_engine(self.url)
-        self._patience = Patience(busy_patience)
-        self._clock = clock
         self._caps: Capabilities | None = None
         self._ready_lock = asyncio.Lock()
-
-    def __repr__(self) -> str:
-        return f"NativeAsyncSessionDB({self.where!r})"
 
     async def __aenter__(self) -> NativeAsyncSessionDB:
         await self._ready()
@@ -116,14 +116,13 @@ class NativeAsyncSessionDB:
     async def _run(self, plan: Plan[T]) -> T:
         caps = await self._ready()
 
-        async def attempt() -> T:
+        async def attempt() -> Any:
             async with self._engine.connect() as connection:
                 await connection.execution_options(**{READ_ONLY: not plan.writes})
                 async with connection.begin():
                     return await drive(plan.start(caps), connection)
 
-        result: T = await self._retrying(attempt)
-        return result
+        return plan.finish(await self._retrying(attempt))
 
     async def _execute_write(self, fn: Callable[[WriteConnection], T]) -> T:
         """``fn(conn)`` in one write transaction, as in ``SessionDB._execute_write`` (``fn`` is
@@ -158,23 +157,56 @@ class NativeAsyncSessionDB:
     # -- handoff transitions ------------------------------------------------------------------
 
     async def request_handoff(self, session_id: str, platform: str) -> bool:
-        return await self._run(repository.request_handoff(session_id, platform, now=self._clock()))
+        return await self._run(
+            repository.request_handoff(
+                session_id, platform, now=self._clock(), announce=self._announce
+            )
+        )
 
     async def claim_handoff(self, session_id: str) -> bool:
-        return await self._run(repository.claim_handoff(session_id, now=self._clock()))
+        return await self._run(
+            repository.claim_handoff(
+                session_id, now=self._clock(), ownership=self._ownership, ledger=self._ledger
+            )
+        )
 
     async def complete_handoff(self, session_id: str) -> bool:
-        return await self._run(repository.complete_handoff(session_id, now=self._clock()))
+        return await self._run(
+            repository.complete_handoff(
+                session_id, now=self._clock(), ownership=self._ownership, ledger=self._ledger
+            )
+        )
 
     async def fail_handoff(
         self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
     ) -> bool:
         return await self._run(
-            repository.fail_handoff(session_id, error, only_states=only_states, now=self._clock())
+            repository.fail_handoff(
+                session_id,
+                error,
+                only_states=only_states,
+                now=self._clock(),
+                ownership=self._ownership,
+                ledger=self._ledger,
+            )
+        )
+
+    async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
+        return await self._run(
+            repository.renew_handoff_leases(
+                session_ids, now=self._clock(), ownership=self._ownership
+            )
         )
 
     async def reclaim_stale_running_handoffs(self, error: object) -> list[str]:
-        return await self._run(repository.reclaim_stale_running_handoffs(error, now=self._clock()))
+        return await self._run(
+            repository.reclaim_stale_running_handoffs(
+                error, now=self._clock(), ownership=self._ownership
+            )
+        )
+
+    async def reclaim_expired_handoffs(self, error: object) -> list[str]:
+        return await self._run(repository.reclaim_expired_handoffs(error, now=self._clock()))
 
     # -- reads ---------------------------------------------------------------------------------
 

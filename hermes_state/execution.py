@@ -55,16 +55,17 @@ class Runner(Protocol):
 
     def close(self) -> None: ...
 
+    def change_token(self) -> int | None: ...
 
-def drive(body: Body[T], execute: Callable[[Step], Outcome]) -> T:
+
+def drive(body: Body[Any], execute: Callable[[Step], Outcome]) -> Any:
     """Feed each step a plan yields to ``execute`` and return what the plan returns."""
     try:
         step = next(body)
         while True:
             step = body.send(execute(step))
     except StopIteration as stop:
-        result: T = stop.value
-        return result
+        return stop.value
 
 
 def outcome_of(result: CursorResult[Any], step: Step) -> Outcome:
@@ -138,7 +139,7 @@ class PooledRunner:
         return outcome_of(connection.execute(step.statement, step.params), step)
 
     def run(self, plan: Plan[T]) -> T:
-        def attempt() -> T:
+        def attempt() -> Any:
             with self._engine.connect() as connection:
                 connection.execution_options(**{READ_ONLY: not plan.writes})
                 with connection.begin():
@@ -146,7 +147,7 @@ class PooledRunner:
                         plan.start(self._caps), lambda step: self._execute(connection, step)
                     )
 
-        return retrying(attempt, self._patience, self._where)
+        return plan.finish(retrying(attempt, self._patience, self._where))
 
     def run_callable(self, fn: Callable[[WriteConnection], T]) -> T:
         def attempt() -> T:
@@ -154,6 +155,10 @@ class PooledRunner:
                 return fn(WriteConnection(connection))
 
         return retrying(attempt, self._patience, self._where)
+
+    def change_token(self) -> int | None:
+        """Servers have no cheap change counter: None means "look"."""
+        return None
 
     def close(self) -> None:
         self._engine.dispose()
@@ -207,6 +212,8 @@ class SqliteThreadRunner(PooledRunner):
         self._compiled: dict[Executable, _Compiled] = {}
         self._open: weakref.WeakSet[_ThreadConnection] = weakref.WeakSet()
         self._closed = False
+        self._probe: _ThreadConnection | None = None
+        self._probe_lock = threading.Lock()
         forget = weakref.WeakMethod(self._forget_connections_after_fork)
 
         def after_fork_in_child() -> None:
@@ -267,7 +274,7 @@ class SqliteThreadRunner(PooledRunner):
     def run(self, plan: Plan[T]) -> T:
         begin = "BEGIN IMMEDIATE" if plan.writes else "BEGIN"
 
-        def attempt() -> T:
+        def attempt() -> Any:
             connection = self._connection()
             try:
                 connection.execute(begin)
@@ -279,7 +286,20 @@ class SqliteThreadRunner(PooledRunner):
                 raise
             return result
 
-        return retrying(attempt, self._patience, self._where)
+        return plan.finish(retrying(attempt, self._patience, self._where))
+
+    def change_token(self) -> int | None:
+        """SQLite's ``PRAGMA data_version`` on a connection that never writes: it changes
+        whenever any other connection, in any process, commits to the database."""
+        with self._probe_lock:
+            try:
+                if self._probe is None:
+                    self._probe = _ThreadConnection(self._engine)
+                row = self._probe.dbapi.execute("PRAGMA data_version").fetchone()
+            except Exception as exc:
+                raise_translated(exc, self._where)
+                raise
+        return int(row[0])
 
     def _abort(self, connection: sqlite3.Connection) -> None:
         try:
@@ -290,7 +310,7 @@ class SqliteThreadRunner(PooledRunner):
 
     def close(self) -> None:
         self._closed = True
-        for holder in list(self._open):
+        for holder in [*self._open, *([self._probe] if self._probe else [])]:
             holder.close()
         self._local = threading.local()
         super().close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from sqlalchemy import Double, ForeignKey, Index, MetaData, String, Table, Text, text
+from sqlalchemy import Double, ForeignKey, Index, Integer, MetaData, String, Table, Text, text
 from sqlalchemy.dialects.mysql import LONGTEXT
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -102,6 +102,10 @@ class Session(Base):
     handoff_requested_at: Mapped[float | None] = mapped_column(Double)
     handoff_claimed_at: Mapped[float | None] = mapped_column(Double)
     handoff_finished_at: Mapped[float | None] = mapped_column(Double)
+    # Several gateways: who holds a running row, until when, and which claim of the row it is.
+    handoff_owner: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    handoff_lease_expires_at: Mapped[float | None] = mapped_column(Double)
+    handoff_attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
 
 
 class Message(Base):

@@ -9,6 +9,7 @@ matches the index's ``WHERE`` text, and a parameter never does.
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,8 +18,10 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Dialect,
+    Double,
     Insert,
     Select,
+    String,
     Update,
     and_,
     bindparam,
@@ -33,10 +36,14 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from .models import REQUESTABLE_STATES, HandoffState, messages, sessions
 
 __all__ = [
+    "HANDOFF_CHANNEL",
     "SESSION_FIELDS",
     "Capabilities",
+    "Fence",
+    "ReclaimScope",
     "append_message",
     "claim_handoff",
+    "claimed_attempt",
     "complete_handoff",
     "count_handoffs_by_state",
     "fail_handoff",
@@ -45,9 +52,11 @@ __all__ = [
     "has_pending_handoffs",
     "insert_session",
     "list_handoffs",
-    "lock_running_handoffs",
+    "lock_reclaimable",
+    "notify_handoff_requested",
     "oldest_pending_requested_at",
-    "reclaim_running_handoffs",
+    "reclaim_handoffs",
+    "renew_lease",
     "request_handoff",
     "state_is",
 ]
@@ -64,6 +73,8 @@ SESSION_FIELDS = (
 )
 
 _c = sessions.c
+#: The PostgreSQL NOTIFY channel on which ``request_handoff`` wakes watchers.
+HANDOFF_CHANNEL = "hermes_state_handoffs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +154,54 @@ def get_messages() -> Select[tuple[int, str, str, str | None, float]]:
 # -- the handoff state machine -----------------------------------------------------------------
 
 
+class Fence(enum.Enum):
+    """How a store proves a running row is still its own before finishing it.
+
+    NONE: any running row (a single gateway, or an operator). OWNER: running under this owner.
+    CLAIM: running under this owner *and* the attempt this store claimed, so a gateway whose
+    claim was rescued (reclaimed, then claimed again elsewhere) cannot finish the new attempt.
+    """
+
+    NONE = "none"
+    OWNER = "owner"
+    CLAIM = "claim"
+
+
+class ReclaimScope(enum.Enum):
+    """Which running rows a reclaim fails.
+
+    ALL: every running row (one gateway per database). STALE: rows without a lease, with an
+    expired lease, or held by ``:owner`` itself (its previous life died). EXPIRED: rows whose
+    lease ended before ``:now``, whoever holds them.
+    """
+
+    ALL = "all"
+    STALE = "stale"
+    EXPIRED = "expired"
+
+
+def _running_under(fence: Fence) -> ColumnElement[bool]:
+    condition = state_is(HandoffState.RUNNING)
+    if fence is Fence.NONE:
+        return condition
+    condition = and_(condition, _c.handoff_owner == bindparam("owner"))
+    if fence is Fence.CLAIM:
+        condition = and_(condition, _c.handoff_attempt == bindparam("attempt"))
+    return condition
+
+
+def _finished(state: HandoffState, error: ColumnElement[Any] | None) -> dict[str, Any]:
+    return {
+        "handoff_state": _literal(state),
+        "handoff_error": error,
+        "handoff_finished_at": bindparam("now"),
+        "handoff_lease_expires_at": None,
+    }
+
+
 @functools.cache
 def request_handoff() -> Update:
-    """NULL/completed/failed -> pending, clearing the previous attempt's error and times."""
+    """NULL/completed/failed -> pending, clearing the previous attempt's error, times and owner."""
     return (
         sessions.update()
         .where(_c.id == bindparam("session_id"), _state_in(REQUESTABLE_STATES))
@@ -156,68 +212,108 @@ def request_handoff() -> Update:
             handoff_requested_at=bindparam("now"),
             handoff_claimed_at=None,
             handoff_finished_at=None,
+            handoff_owner=None,
+            handoff_lease_expires_at=None,
         )
     )
 
 
 @functools.cache
-def claim_handoff() -> Update:
-    """pending -> running: a compare-and-swap, so exactly one concurrent claimer wins."""
-    return (
+def notify_handoff_requested() -> Select[tuple[object]]:
+    """PostgreSQL: wake LISTENing watchers when the requesting transaction commits."""
+    return select(func.pg_notify(HANDOFF_CHANNEL, bindparam("session_id", type_=String())))
+
+
+@functools.cache
+def claim_handoff(returning: bool) -> Update:
+    """pending -> running: a compare-and-swap, so exactly one concurrent claimer wins.
+
+    Stamps the claimer's ``:owner`` and ``:lease_expires_at`` (both may be NULL) and counts the
+    attempt, returned where the dialect can (else read with :func:`claimed_attempt`).
+    """
+    stmt = (
         sessions.update()
         .where(_c.id == bindparam("session_id"), state_is(HandoffState.PENDING))
-        .values(handoff_state=_literal(HandoffState.RUNNING), handoff_claimed_at=bindparam("now"))
-    )
-
-
-@functools.cache
-def complete_handoff() -> Update:
-    """running -> completed, clearing the error."""
-    return (
-        sessions.update()
-        .where(_c.id == bindparam("session_id"), state_is(HandoffState.RUNNING))
         .values(
-            handoff_state=_literal(HandoffState.COMPLETED),
-            handoff_error=None,
-            handoff_finished_at=bindparam("now"),
+            handoff_state=_literal(HandoffState.RUNNING),
+            handoff_claimed_at=bindparam("now"),
+            handoff_owner=bindparam("owner", type_=String()),
+            handoff_lease_expires_at=bindparam("lease_expires_at", type_=Double()),
+            handoff_attempt=_c.handoff_attempt + 1,
         )
     )
+    return stmt.returning(_c.handoff_attempt) if returning else stmt
 
 
 @functools.cache
-def fail_handoff(from_states: frozenset[HandoffState]) -> Update:
-    """``from_states`` -> failed, recording the (already truncated) error."""
+def claimed_attempt() -> Select[tuple[int]]:
+    """The attempt just claimed (read in the claiming transaction, which holds the row lock)."""
+    return select(_c.handoff_attempt).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def complete_handoff(fence: Fence) -> Update:
+    """running -> completed, clearing the error; ``fence`` says whose running row."""
     return (
         sessions.update()
-        .where(_c.id == bindparam("session_id"), _state_in(sorted(from_states)))
-        .values(
-            handoff_state=_literal(HandoffState.FAILED),
-            handoff_error=bindparam("error"),
-            handoff_finished_at=bindparam("now"),
-        )
+        .where(_c.id == bindparam("session_id"), _running_under(fence))
+        .values(**_finished(HandoffState.COMPLETED, None))
     )
 
 
 @functools.cache
-def lock_running_handoffs() -> Select[tuple[str]]:
-    """The ids of running rows, locked, for dialects that cannot UPDATE ... RETURNING."""
-    return select(_c.id).where(state_is(HandoffState.RUNNING)).with_for_update()
+def fail_handoff(from_states: frozenset[HandoffState], fence: Fence) -> Update:
+    """``from_states`` -> failed with ``:error``; a running row only under ``fence``."""
+    allowed = [
+        _running_under(fence) if state is HandoffState.RUNNING else state_is(state)
+        for state in sorted(from_states)
+    ]
+    return (
+        sessions.update()
+        .where(_c.id == bindparam("session_id"), or_(*allowed))
+        .values(**_finished(HandoffState.FAILED, bindparam("error")))
+    )
 
 
 @functools.cache
-def reclaim_running_handoffs(returning: bool, by_id: bool) -> Update:
-    """running -> failed for every running row (or for the ``:ids`` given), with ``:error``."""
-    condition = state_is(HandoffState.RUNNING)
+def renew_lease() -> Update:
+    """Extend the lease of a row this owner still holds."""
+    return (
+        sessions.update()
+        .where(_c.id == bindparam("session_id"), _running_under(Fence.OWNER))
+        .values(handoff_lease_expires_at=bindparam("lease_expires_at"))
+    )
+
+
+def _reclaimable(scope: ReclaimScope) -> ColumnElement[bool]:
+    running = state_is(HandoffState.RUNNING)
+    lease = _c.handoff_lease_expires_at
+    if scope is ReclaimScope.ALL:
+        return running
+    if scope is ReclaimScope.EXPIRED:
+        return and_(running, lease < bindparam("now"))
+    return and_(
+        running,
+        or_(lease.is_(None), lease < bindparam("now"), _c.handoff_owner == bindparam("owner")),
+    )
+
+
+@functools.cache
+def lock_reclaimable(scope: ReclaimScope) -> Select[tuple[str]]:
+    """The ids a reclaim would fail, locked, for dialects that cannot UPDATE ... RETURNING."""
+    return select(_c.id).where(_reclaimable(scope)).with_for_update()
+
+
+@functools.cache
+def reclaim_handoffs(scope: ReclaimScope, returning: bool, by_id: bool) -> Update:
+    """running -> failed with ``:error`` for the rows in ``scope`` (or the locked ``:ids``)."""
+    condition = _reclaimable(scope)
     if by_id:
         condition = and_(condition, _c.id.in_(bindparam("ids", expanding=True)))
     stmt = (
         sessions.update()
         .where(condition)
-        .values(
-            handoff_state=_literal(HandoffState.FAILED),
-            handoff_error=bindparam("error"),
-            handoff_finished_at=bindparam("now"),
-        )
+        .values(**_finished(HandoffState.FAILED, bindparam("error")))
     )
     return stmt.returning(_c.id) if returning else stmt
 

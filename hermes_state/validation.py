@@ -15,6 +15,7 @@ __all__ = [
     "require_count",
     "require_fields",
     "require_identifier",
+    "require_identifiers",
     "require_only_states",
     "require_seconds",
     "require_state",
@@ -57,6 +58,14 @@ def require_identifier(name: str, value: object, *, max_length: int = ID_LENGTH)
         raise InvalidInputError(f"{name} must not contain control characters: {value!r}")
     _check_encodable(name, value)
     return value
+
+
+def require_identifiers(name: str, value: object) -> list[str]:
+    """A list (or other non-string iterable) of identifiers, deduplicated in order."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidInputTypeError(f"{name} must be a list of ids, not {_type_name(value)}")
+    ids = [require_identifier(name, item) for item in value]
+    return list(dict.fromkeys(ids))
 
 
 def require_text(name: str, value: object, *, nullable: bool = True) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from . import EXIT_OK, Output, add_option, open_store, repeated
+from . import EXIT_OK, Output, add_option, database_url, repeated
 
 logger = logging.getLogger("hermes_state.watch")
 
@@ -97,6 +97,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, not {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, not {text!r}")
+    return value
+
+
 def _profile(text: str) -> tuple[str, Path]:
     name, sep, home = text.partition("=")
     if not sep or not name.strip() or not home.strip():
@@ -154,6 +171,33 @@ def register(commands: Any) -> None:
     )
     add_option(
         watch,
+        "--owner",
+        env="HERMES_STATE_OWNER",
+        metavar="NAME",
+        help="this gateway's identity, stamped on its claims; keep it stable across restarts "
+        "so a restarted gateway recognises its own dead claims (default: HOSTNAME:HERMES_HOME)",
+    )
+    add_option(
+        watch,
+        "--lease-seconds",
+        env="HERMES_STATE_LEASE_SECONDS",
+        kind=_positive_seconds,
+        default=60.0,
+        metavar="S",
+        help="how long a claim holds without renewal (renewed every third); another gateway "
+        "fails a row whose lease expired (default 60)",
+    )
+    add_option(
+        watch,
+        "--max-concurrency",
+        env="HERMES_STATE_MAX_CONCURRENCY",
+        kind=_positive_int,
+        default=3,
+        metavar="N",
+        help="deliveries in flight at once; the rest stay pending for other gateways (default 3)",
+    )
+    add_option(
+        watch,
         "--once",
         env="HERMES_STATE_WATCH_ONCE",
         flag=True,
@@ -163,20 +207,35 @@ def register(commands: Any) -> None:
 
 
 def run_watch(args: argparse.Namespace, out: Output) -> int:
-    from gateway.run import GatewayRunner
+    from gateway.run import GatewayRunner, default_owner
+
+    from ..store import SessionDB
 
     if bool(args.exec) == bool(args.handler):
         raise InvalidInputError("watch needs exactly one of --exec CMD or --handler MODULE:FUNC")
     handler = ExecHandler(args.exec) if args.exec else load_handler(args.handler)
-    store = open_store(args)
+    store = SessionDB(
+        url=database_url(args),
+        owner=args.owner or default_owner(),
+        lease_seconds=args.lease_seconds,
+    )
     runner = GatewayRunner(
         store,
         handler,
         profiles=repeated(args, "profile"),
         interval=args.interval,
         drain_timeout=args.drain_timeout,
+        max_concurrency=args.max_concurrency,
     )
-    logger.info("watching %s every %gs with %r", store.where, args.interval, handler)
+    logger.info(
+        "watching %s every %gs as %s (lease %gs, up to %d at once) with %r",
+        store.where,
+        args.interval,
+        store.owner,
+        args.lease_seconds,
+        args.max_concurrency,
+        handler,
+    )
 
     async def serve() -> None:
         try:
