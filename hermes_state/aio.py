@@ -17,12 +17,11 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from . import repository
 from .engine import READ_ONLY, is_sqlite, make_async_engine
 from .execution import WriteConnection, next_retry_delay, outcome_of, raise_translated
 from .repository import Body, Plan, Row
 from .schema import bring_current, current_revision
-from .statements import Capabilities
+from .statements import Capabilities, ReclaimScope
 from .store import StoreSettings
 
 __all__ = ["NativeAsyncSessionDB"]
@@ -57,6 +56,7 @@ class NativeAsyncSessionDB(StoreSettings):
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
         lease_seconds: float | None = None,
+        actor: str | None = None,
     ) -> None:
         super().__init__(
             db_path,
@@ -65,6 +65,7 @@ class NativeAsyncSessionDB(StoreSettings):
             clock=clock,
             owner=owner,
             lease_seconds=lease_seconds,
+            actor=actor,
         )
         self._engine = make_async_engine(self.url)
         self._caps: Capabilities | None = None
@@ -139,90 +140,74 @@ class NativeAsyncSessionDB(StoreSettings):
     # -- sessions and transcript ---------------------------------------------------------------
 
     async def create_session(self, session_id: str, source: str, **fields: Any) -> str:
-        return await self._run(
-            repository.create_session(session_id, source, fields, now=self._clock())
-        )
+        return await self._run(self._plans.create_session(session_id, source, fields))
 
     async def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
         return await self.create_session(session_id, source, **fields)
 
     async def append_message(self, session_id: str, role: str, content: str | None) -> int:
-        return await self._run(
-            repository.append_message(session_id, role, content, now=self._clock())
-        )
+        return await self._run(self._plans.append_message(session_id, role, content))
 
     async def get_messages(self, session_id: str) -> list[Row]:
-        return await self._run(repository.get_messages(session_id))
+        return await self._run(self._plans.get_messages(session_id))
 
     # -- handoff transitions ------------------------------------------------------------------
 
     async def request_handoff(self, session_id: str, platform: str) -> bool:
-        return await self._run(
-            repository.request_handoff(
-                session_id, platform, now=self._clock(), announce=self._announce
-            )
-        )
+        return await self._run(self._plans.request_handoff(session_id, platform))
+
+    async def retry_handoff(self, session_id: str, platform: str | None = None) -> bool:
+        return await self._run(self._plans.retry_handoff(session_id, platform))
 
     async def claim_handoff(self, session_id: str) -> bool:
-        return await self._run(
-            repository.claim_handoff(
-                session_id, now=self._clock(), ownership=self._ownership, ledger=self._ledger
-            )
-        )
+        return await self._run(self._plans.claim_handoff(session_id))
 
     async def complete_handoff(self, session_id: str) -> bool:
-        return await self._run(
-            repository.complete_handoff(
-                session_id, now=self._clock(), ownership=self._ownership, ledger=self._ledger
-            )
-        )
+        return await self._run(self._plans.complete_handoff(session_id))
 
     async def fail_handoff(
         self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
     ) -> bool:
-        return await self._run(
-            repository.fail_handoff(
-                session_id,
-                error,
-                only_states=only_states,
-                now=self._clock(),
-                ownership=self._ownership,
-                ledger=self._ledger,
-            )
-        )
+        return await self._run(self._plans.fail_handoff(session_id, error, only_states))
 
     async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
-        return await self._run(
-            repository.renew_handoff_leases(
-                session_ids, now=self._clock(), ownership=self._ownership
-            )
-        )
+        return await self._run(self._plans.renew_handoff_leases(session_ids))
 
     async def reclaim_stale_running_handoffs(self, error: object) -> list[str]:
-        return await self._run(
-            repository.reclaim_stale_running_handoffs(
-                error, now=self._clock(), ownership=self._ownership
-            )
-        )
+        return await self._run(self._plans.reclaim_handoffs(ReclaimScope.STALE, error))
 
     async def reclaim_expired_handoffs(self, error: object) -> list[str]:
-        return await self._run(repository.reclaim_expired_handoffs(error, now=self._clock()))
+        return await self._run(self._plans.reclaim_handoffs(ReclaimScope.EXPIRED, error))
+
+    async def reclaim_running_handoffs(self, error: object) -> list[str]:
+        return await self._run(self._plans.reclaim_handoffs(ReclaimScope.ALL, error))
+
+    async def preview_reclaim(self, scope: str = "stale") -> list[Row]:
+        return await self._run(self._plans.preview_reclaim(scope))
+
+    # -- the audit trail -----------------------------------------------------------------------
+
+    async def handoff_history(self, session_id: str) -> list[Row]:
+        return await self._run(self._plans.handoff_history(session_id))
+
+    async def prune_handoff_events(self, older_than_seconds: float) -> int:
+        return await self._run(self._plans.prune_handoff_events(older_than_seconds))
 
     # -- reads ---------------------------------------------------------------------------------
 
     async def list_pending_handoffs(self) -> list[Row]:
-        return await self._run(repository.list_pending_handoffs())
+        return await self._run(self._plans.list_pending_handoffs())
 
     async def list_handoffs(
         self, state: str | None = None, *, limit: int | None = None
     ) -> list[Row]:
-        return await self._run(repository.list_handoffs(state, limit=limit))
-
-    async def handoff_stats(self) -> Row:
-        return await self._run(repository.handoff_stats(now=self._clock()))
+        return await self._run(self._plans.list_handoffs(state, limit))
 
     async def has_pending_handoffs(self) -> bool:
-        return await self._run(repository.has_pending_handoffs())
+        return await self._run(self._plans.has_pending_handoffs())
 
     async def get_handoff_state(self, session_id: str) -> Row | None:
-        return await self._run(repository.get_handoff_state(session_id))
+        return await self._run(self._plans.get_handoff_state(session_id))
+
+    async def handoff_stats(self) -> Row:
+        return await self._run(self._plans.handoff_stats())

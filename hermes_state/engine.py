@@ -28,6 +28,7 @@ __all__ = [
     "make_async_engine",
     "make_engine",
     "resolve_url",
+    "with_driver",
 ]
 
 ENV_URL: Final = "HERMES_STATE_URL"
@@ -35,17 +36,32 @@ ENV_HOME: Final = "HERMES_HOME"
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
 # SQLite's own wait for a lock, per attempt; Patience retries attempts with jitter beyond it.
 BUSY_TIMEOUT_MS: Final = 250
+# Transitions compare the rows an INSERT ... SELECT recorded with the rows the UPDATE changed;
+# SQLAlchemy keeps an INSERT's row count only when asked to.
+_EXECUTION_OPTIONS: Final = {"preserve_rowcount": True}
 #: Execution option for SQLite connections whose transactions only read (plain deferred BEGIN).
 READ_ONLY: Final = "hermes_state_read_only"
 
-# The drivers hermes-state installs, for URLs that name a backend without a driver.
-_SYNC_DRIVERS: Final = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
-_ASYNC_DRIVERS: Final = {
-    "sqlite": {"pysqlite": "aiosqlite", "": "aiosqlite"},
-    "postgresql": {"psycopg": "psycopg", "asyncpg": "asyncpg", "": "asyncpg"},
-    "mysql": {"pymysql": "aiomysql", "aiomysql": "aiomysql", "": "aiomysql"},
-    "mariadb": {"pymysql": "aiomysql", "aiomysql": "aiomysql", "": "aiomysql"},
+# The drivers hermes-state installs, per backend: for the synchronous engine and for asyncio.
+# A URL may name either; each engine takes its own twin, and a URL without a driver gets the
+# defaults (psycopg / asyncpg for PostgreSQL, PyMySQL / aiomysql for MySQL and MariaDB).
+_DRIVERS: Final = {
+    "sqlite": ("pysqlite", "aiosqlite", {"pysqlite", "aiosqlite"}),
+    "postgresql": ("psycopg", "asyncpg", {"psycopg", "asyncpg"}),
+    "mysql": ("pymysql", "aiomysql", {"pymysql", "aiomysql"}),
+    "mariadb": ("pymysql", "aiomysql", {"pymysql", "aiomysql"}),
 }
+
+
+def with_driver(url: URL, *, asyncio: bool) -> URL:
+    """``url`` with the driver the synchronous (or asyncio) engine uses for it."""
+    backend, _, driver = url.drivername.partition("+")
+    sync_driver, async_driver, _known = _DRIVERS[backend]
+    if not asyncio:
+        return url.set(drivername=f"{backend}+{sync_driver}")
+    # psycopg serves both worlds: a URL that names it keeps it for asyncio too.
+    chosen = driver if backend == "postgresql" and driver == "psycopg" else async_driver
+    return url.set(drivername=f"{backend}+{chosen}")
 
 
 def default_db_path() -> Path:
@@ -67,32 +83,40 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
     elif isinstance(target, str) and "://" in target:
         try:
             url = make_url(target)
-        except ArgumentError as exc:
+        except (ArgumentError, ValueError) as exc:
             raise InvalidInputError(
                 f"malformed database URL {target!r}: {exc}. "
                 "Expected e.g. sqlite:////path/state.db or postgresql://user@host/db"
             ) from None
     elif isinstance(target, str | os.PathLike):
+        if str(target).strip() in ("", ":memory:"):
+            raise InvalidInputError(
+                "an SQLite database needs a file path (in-memory databases are not supported: "
+                "every connection would see its own empty database)"
+            )
         path = Path(target).expanduser()
-        if not str(path).strip():
-            raise InvalidInputError("the database path is empty")
-        return URL.create("sqlite+pysqlite", database=str(path.absolute()))
+        return URL.create("sqlite", database=str(path.absolute()))
     else:
         raise InvalidInputError(f"expected a database URL or path, not {type(target).__name__}")
     backend, _, driver = url.drivername.partition("+")
-    if backend == "sqlite":
-        if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
-            raise InvalidInputError(
-                "in-memory SQLite is not supported (every connection would see its own empty "
-                "database); use a file, e.g. sqlite:////tmp/state.db"
-            )
-        return url.set(drivername="sqlite+pysqlite")
-    if backend not in _SYNC_DRIVERS:
+    if backend not in _DRIVERS:
         raise InvalidInputError(
             f"unsupported database {backend!r} in {describe(url)}; "
             "use sqlite, postgresql, mysql or mariadb"
         )
-    return url if driver else url.set(drivername=f"{backend}+{_SYNC_DRIVERS[backend]}")
+    if driver and driver not in _DRIVERS[backend][2]:
+        known = ", ".join(f"{backend}+{name}" for name in sorted(_DRIVERS[backend][2]))
+        raise InvalidInputError(
+            f"hermes-state does not ship the {driver!r} driver; use {backend}:// or one of {known}"
+        )
+    if backend == "sqlite" and (
+        not url.database or url.database == ":memory:" or url.database.startswith("file:")
+    ):
+        raise InvalidInputError(
+            "in-memory SQLite is not supported (every connection would see its own empty "
+            "database); use a file, e.g. sqlite:////tmp/state.db"
+        )
+    return url
 
 
 def is_sqlite(url: URL) -> bool:
@@ -156,6 +180,7 @@ def _install_sqlite_listeners(engine: Engine, *, enforce_foreign_keys: bool) -> 
 
 def make_engine(url: URL, *, enforce_foreign_keys: bool = True) -> Engine:
     """A synchronous engine configured for hermes-state (see the module docstring)."""
+    url = with_driver(url, asyncio=False)
     if is_sqlite(url):
         if sqlite3.sqlite_version_info < (3, 35):
             raise InvalidInputError(
@@ -163,28 +188,33 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True) -> Engine:
             )
         _check_sqlite_file(url)
         # Threads keep their connection for good (see store.py), so the pool must never run dry.
-        engine = create_engine(url, pool_size=5, max_overflow=-1)
+        engine = create_engine(
+            url, pool_size=5, max_overflow=-1, execution_options=_EXECUTION_OPTIONS
+        )
         _install_sqlite_listeners(engine, enforce_foreign_keys=enforce_foreign_keys)
         return engine
-    return create_engine(url, pool_pre_ping=True, isolation_level="READ COMMITTED")
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        isolation_level="READ COMMITTED",
+        execution_options=_EXECUTION_OPTIONS,
+    )
 
 
 def make_async_engine(url: URL) -> AsyncEngine:
     """An asyncio engine for the same database, on the matching async driver."""
-    backend, _, driver = url.drivername.partition("+")
-    drivers = _ASYNC_DRIVERS.get(backend, {})
-    if driver not in drivers:
-        raise InvalidInputError(
-            f"no asyncio driver for {url.drivername}; use one of "
-            + ", ".join(f"{backend}+{d}" for d in sorted(set(drivers.values())))
-        )
-    async_url = url.set(drivername=f"{backend}+{drivers[driver]}")
+    async_url = with_driver(url, asyncio=True)
     if is_sqlite(url):
         _check_sqlite_file(url)
-        engine = create_async_engine(async_url)
+        engine = create_async_engine(async_url, execution_options=_EXECUTION_OPTIONS)
         _install_sqlite_listeners(engine.sync_engine, enforce_foreign_keys=True)
         return engine
-    return create_async_engine(async_url, pool_pre_ping=True, isolation_level="READ COMMITTED")
+    return create_async_engine(
+        async_url,
+        pool_pre_ping=True,
+        isolation_level="READ COMMITTED",
+        execution_options=_EXECUTION_OPTIONS,
+    )
 
 
 @dataclass(frozen=True, slots=True)

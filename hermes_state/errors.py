@@ -6,6 +6,7 @@ import sqlite3
 from typing import Final
 
 __all__ = [
+    "ConcurrentChangeError",
     "DatabaseBusyError",
     "DatabaseError",
     "DatabaseUnavailableError",
@@ -56,6 +57,10 @@ class DiskFullError(DatabaseError):
 
 class DatabaseBusyError(DatabaseError):
     """Another writer held the lock for longer than this store's patience."""
+
+
+class ConcurrentChangeError(DatabaseError):
+    """Rows changed between two statements of one transition; the transaction is run again."""
 
 
 class SchemaOutOfDateError(HermesStateError):
@@ -117,6 +122,8 @@ def _mysql_errno(exc: BaseException) -> int | None:
 def is_retryable(exc: BaseException) -> bool:
     """True for lock contention: the whole transaction can safely be run again."""
     driver = _driver_error(exc)
+    if isinstance(driver, ConcurrentChangeError):
+        return True
     if isinstance(driver, DatabaseBusyError):
         return False
     message = str(driver).lower()

@@ -5,7 +5,18 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from sqlalchemy import Double, ForeignKey, Index, Integer, MetaData, String, Table, Text, text
+from sqlalchemy import (
+    BigInteger,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
 from sqlalchemy.dialects.mysql import LONGTEXT
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -14,9 +25,11 @@ __all__ = [
     "ID_LENGTH",
     "REQUESTABLE_STATES",
     "Base",
+    "HandoffEvent",
     "HandoffState",
     "Message",
     "Session",
+    "handoff_events",
     "messages",
     "metadata",
     "sessions",
@@ -124,6 +137,35 @@ class Message(Base):
     timestamp: Mapped[float] = mapped_column(Double)
 
 
+class HandoffEvent(Base):
+    """The audit trail: one row per handoff transition, written in the transition's transaction.
+
+    No foreign key to sessions: older hermes versions delete sessions, and the trail must
+    neither block them nor vanish with them (``handoff prune-events`` trims it instead).
+    """
+
+    __tablename__ = "handoff_events"
+    __table_args__ = (
+        Index("ix_handoff_events_session_id_id", "session_id", "id"),
+        Index("ix_handoff_events_at", "at"),
+        _MYSQL_TABLE_OPTIONS,
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    session_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    at: Mapped[float] = mapped_column(Double)
+    #: The gateway's owner name, "cli" for the command line, or the store's actor.
+    actor: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    #: The error of a failure, or the reason of a request ("requested for telegram").
+    detail: Mapped[str | None] = mapped_column(Text)
+
+
 metadata = Base.metadata
 sessions: Table = metadata.tables["sessions"]
 messages: Table = metadata.tables["messages"]
+handoff_events: Table = metadata.tables["handoff_events"]

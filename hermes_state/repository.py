@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable
 
 from . import statements
-from .errors import HermesStateError, InvalidInputError
+from .errors import ConcurrentChangeError, HermesStateError, InvalidInputError
 from .models import HandoffState
-from .statements import Capabilities, ReclaimScope
+from .statements import Capabilities, ReclaimScope, Transition
 from .validation import (
     NAME_LENGTH,
     ROLE_LENGTH,
@@ -30,39 +30,32 @@ from .validation import (
     require_identifier,
     require_identifiers,
     require_only_states,
+    require_scope,
     require_seconds,
     require_state,
     require_text,
 )
 
 __all__ = [
+    "STATS_FAILURE_WINDOW",
+    "STATS_TOP_ERRORS",
     "STRANDED_ERROR",
     "ClaimLedger",
     "Outcome",
     "Ownership",
     "Plan",
+    "Repository",
     "Step",
     "UnknownSessionError",
-    "append_message",
-    "claim_handoff",
-    "complete_handoff",
-    "create_session",
-    "fail_handoff",
-    "get_handoff_state",
-    "get_messages",
-    "handoff_stats",
-    "has_pending_handoffs",
-    "list_handoffs",
-    "list_pending_handoffs",
-    "reclaim_expired_handoffs",
-    "reclaim_stale_running_handoffs",
-    "renew_handoff_leases",
-    "request_handoff",
 ]
 
 T = TypeVar("T")
 Row = dict[str, Any]
 
+
+#: ``handoff_stats`` reports failures of the last hour, with its most common errors.
+STATS_FAILURE_WINDOW = 3600.0
+STATS_TOP_ERRORS = 5
 
 #: The error a reclaimed row gets: the delivery may or may not have happened, so say how to retry.
 STRANDED_ERROR = (
@@ -200,13 +193,6 @@ class ClaimLedger:
 # -- bodies ------------------------------------------------------------------------------------
 
 
-def _changed_one(
-    _caps: Capabilities, statement: Executable, params: Mapping[str, Any]
-) -> Body[bool]:
-    outcome = yield Step(statement, params)
-    return outcome.rowcount == 1
-
-
 def _rows(_caps: Capabilities, statement: Executable, params: Mapping[str, Any]) -> Body[list[Row]]:
     outcome = yield Step(statement, params)
     return outcome.rows
@@ -244,9 +230,34 @@ def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
     return outcome.lastrowid
 
 
-def _request(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
-    outcome = yield Step(statements.request_handoff(), params)
-    if outcome.rowcount != 1:
+def _move(
+    transition: Transition, params: Mapping[str, Any], expected: int | None = None
+) -> Body[Outcome | None]:
+    """Record the audit row(s), then apply the move; None when it applied to no row.
+
+    The apply step must touch exactly the rows the record step selected (and locked). If
+    another transaction slipped a row in between (only possible on servers, for multi-row
+    moves), the transaction is rolled back and run again.
+    """
+    recorded = yield Step(transition.record, params)
+    if recorded.rowcount == 0 and not expected:
+        return None
+    applied = yield Step(transition.apply, params)
+    selected = recorded.rowcount if expected is None else expected
+    if not selected == recorded.rowcount == applied.rowcount:
+        raise ConcurrentChangeError(
+            f"rows changed during a handoff transition (selected {expected}, recorded "
+            f"{recorded.rowcount}, updated {applied.rowcount}); running it again"
+        )
+    return applied
+
+
+def _moved(_caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
+    return (yield from _move(transition, params)) is not None
+
+
+def _request(caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
+    if (yield from _move(transition, params)) is None:
         return False
     if caps.name == "postgresql":
         yield Step(statements.notify_handoff_requested(), {"session_id": params["session_id"]})
@@ -256,11 +267,11 @@ def _request(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
 def _claim(caps: Capabilities, params: Mapping[str, Any]) -> Body[int | None]:
     """The attempt number claimed, or None when another claimer won."""
     returning = caps.update_returning
-    outcome = yield Step(statements.claim_handoff(returning), params)
-    if returning:
-        return int(outcome.rows[0]["handoff_attempt"]) if outcome.rows else None
-    if outcome.rowcount != 1:
+    applied = yield from _move(statements.claim_handoff(returning), params)
+    if applied is None:
         return None
+    if returning:
+        return int(applied.rows[0]["handoff_attempt"])
     claimed = yield Step(statements.claimed_attempt(), {"session_id": params["session_id"]})
     return int(claimed.rows[0]["handoff_attempt"])
 
@@ -276,15 +287,44 @@ def _renew(
     return renewed
 
 
-def _reclaim(caps: Capabilities, scope: ReclaimScope, params: Mapping[str, Any]) -> Body[list[str]]:
-    if caps.update_returning:
-        outcome = yield Step(statements.reclaim_handoffs(scope, True, False), params)
-        return sorted(row["id"] for row in outcome.rows)
-    locked = yield Step(statements.lock_reclaimable(scope), params)
-    ids = sorted(row["id"] for row in locked.rows)
-    if ids:
-        yield Step(statements.reclaim_handoffs(scope, False, True), {**params, "ids": ids})
-    return ids
+def _reclaim(
+    _caps: Capabilities, scope: ReclaimScope, params: Mapping[str, Any]
+) -> Body[list[str]]:
+    locked = yield Step(statements.reclaimable(scope, lock=True), params)
+    if not locked.rows:
+        return []
+    yield from _move(statements.reclaim_handoffs(scope), params, expected=len(locked.rows))
+    return sorted(row["id"] for row in locked.rows)
+
+
+def _reclaim_preview(
+    _caps: Capabilities, scope: ReclaimScope, params: Mapping[str, Any]
+) -> Body[list[Row]]:
+    found = yield Step(statements.reclaimable(scope, lock=False), params)
+    now, owner = params["now"], params.get("owner")
+    return [{**row, "reason": _reclaim_reason(row, now, owner)} for row in found.rows]
+
+
+def _reclaim_reason(row: Row, now: float, owner: str | None) -> str:
+    lease = row["lease_expires_at"]
+    if lease is not None and lease < now:
+        return f"lease expired {now - lease:.0f} s ago"
+    if lease is None:
+        return "no lease (claimed by a gateway without leases)"
+    if owner is not None and row["owner"] == owner:
+        return "claimed by this owner's previous life"
+    return "running (reclaimed by --all)"
+
+
+def _owner_stats(row: Row) -> Row:
+    running, live, expired = (int(row[k]) for k in ("running", "live_leases", "expired_leases"))
+    return {
+        "owner": row["owner"],
+        "running": running,
+        "live_leases": live,
+        "expired_leases": expired,
+        "no_lease": running - live - expired,
+    }
 
 
 def _stats(_caps: Capabilities, now: float) -> Body[Row]:
@@ -293,117 +333,195 @@ def _stats(_caps: Capabilities, now: float) -> Body[Row]:
     counts.update({row["state"]: int(row["count"]) for row in counted.rows})
     oldest = yield Step(statements.oldest_pending_requested_at())
     requested_at = oldest.rows[0]["requested_at"] if oldest.rows else None
-    age = None if requested_at is None else max(0.0, now - requested_at)
-    return {"counts": counts, "oldest_pending_age_seconds": age}
-
-
-# -- plans: sessions and transcript ------------------------------------------------------------
-
-
-def create_session(
-    session_id: object, source: object, fields: Mapping[str, object], *, now: float
-) -> Plan[str]:
-    values: dict[str, Any] = dict.fromkeys(statements.SESSION_FIELDS)
-    values["started_at"] = now
-    values.update(require_fields(fields))
-    values["id"] = require_identifier("session_id", session_id)
-    values["source"] = require_identifier("source", source, max_length=NAME_LENGTH)
-    return Plan(_create_session, values, writes=True)
-
-
-def append_message(session_id: object, role: object, content: object, *, now: float) -> Plan[int]:
-    params = {
-        "session_id": require_identifier("session_id", session_id),
-        "role": require_identifier("role", role, max_length=ROLE_LENGTH),
-        "content": require_text("content", content),
-        "now": now,
+    owners = yield Step(statements.running_by_owner(), {"now": now})
+    since = now - STATS_FAILURE_WINDOW
+    failures = yield Step(statements.count_failures_since(), {"since": since})
+    top = yield Step(statements.recent_failures(), {"since": since, "limit": STATS_TOP_ERRORS})
+    return {
+        "counts": counts,
+        "oldest_pending_age_seconds": None
+        if requested_at is None
+        else max(0.0, now - requested_at),
+        "running_by_owner": [_owner_stats(row) for row in owners.rows],
+        "failures_last_hour": {
+            "count": int(failures.rows[0]["count"]),
+            "top_errors": [{"error": row["error"], "count": int(row["count"])} for row in top.rows],
+        },
     }
-    return Plan(_append_message, params, writes=True)
 
 
-def get_messages(session_id: object) -> Plan[list[Row]]:
-    params = {"session_id": require_identifier("session_id", session_id)}
-    return Plan(_rows, statements.get_messages(), params, writes=False)
+# -- the repository: every public operation as a plan -----------------------------------------
 
 
-# -- plans: handoff transitions ----------------------------------------------------------------
+class Repository:
+    """Builds the plan of every store operation, with the store's context bound.
 
+    Both stores hold one and only run its plans (synchronously or awaited), so the wiring of
+    clock, actor, ownership and fencing is written once, here. ``actor`` is what the audit
+    trail records as "who" (the gateway's owner, "cli", or the caller's choice).
+    """
 
-def request_handoff(
-    session_id: object,
-    platform: object,
-    *,
-    now: float,
-    announce: Callable[[], None] | None = None,
-) -> Plan[bool]:
-    """``announce`` runs once a request committed (the in-process watcher wake-up)."""
-    params = {
-        "session_id": require_identifier("session_id", session_id),
-        "platform": require_identifier("platform", platform, max_length=NAME_LENGTH),
-        "now": now,
-    }
-    after = None if announce is None else functools.partial(_announced, announce)
-    return Plan(_request, params, writes=True, after=after)
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float],
+        actor: str,
+        ownership: Ownership | None,
+        announce: Callable[[], None] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.actor = actor
+        self.ownership = ownership
+        self.ledger = ClaimLedger()
+        self._announce = announce
 
+    # sessions and transcript
 
-def _announced(announce: Callable[[], None], requested: bool) -> bool:
-    if requested:
-        announce()
-    return requested
+    def create_session(
+        self, session_id: object, source: object, fields: Mapping[str, object]
+    ) -> Plan[str]:
+        values: dict[str, Any] = dict.fromkeys(statements.SESSION_FIELDS)
+        values["started_at"] = self.clock()
+        values.update(require_fields(fields))
+        values["id"] = require_identifier("session_id", session_id)
+        values["source"] = require_identifier("source", source, max_length=NAME_LENGTH)
+        return Plan(_create_session, values, writes=True)
 
+    def append_message(self, session_id: object, role: object, content: object) -> Plan[int]:
+        params = {
+            "session_id": require_identifier("session_id", session_id),
+            "role": require_identifier("role", role, max_length=ROLE_LENGTH),
+            "content": require_text("content", content),
+            "now": self.clock(),
+        }
+        return Plan(_append_message, params, writes=True)
 
-def claim_handoff(
-    session_id: object, *, now: float, ownership: Ownership | None, ledger: ClaimLedger
-) -> Plan[bool]:
-    sid = require_identifier("session_id", session_id)
-    params = {
-        "session_id": sid,
-        "now": now,
-        "owner": ownership.owner if ownership else None,
-        "lease_expires_at": ownership.lease_until(now) if ownership else None,
-    }
-    return Plan(_claim, params, writes=True, after=functools.partial(ledger.record, sid))
+    def get_messages(self, session_id: object) -> Plan[list[Row]]:
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_rows, statements.get_messages(), params, writes=False)
 
+    # handoff transitions
 
-def complete_handoff(
-    session_id: object, *, now: float, ownership: Ownership | None, ledger: ClaimLedger
-) -> Plan[bool]:
-    sid = require_identifier("session_id", session_id)
-    fence, fence_params = ledger.fence(sid, ownership)
-    params = {"session_id": sid, "now": now, **fence_params}
-    statement = statements.complete_handoff(fence)
-    return Plan(
-        _changed_one, statement, params, writes=True, after=functools.partial(ledger.forget, sid)
-    )
+    def _transition_params(self, session_id: object) -> dict[str, Any]:
+        return {
+            "session_id": require_identifier("session_id", session_id),
+            "now": self.clock(),
+            "actor": self.actor,
+        }
 
+    def _announced(self, requested: bool) -> bool:
+        if requested and self._announce is not None:
+            self._announce()
+        return requested
 
-def fail_handoff(
-    session_id: object,
-    error: object,
-    *,
-    only_states: Sequence[str] | None,
-    now: float,
-    ownership: Ownership | None,
-    ledger: ClaimLedger,
-) -> Plan[bool]:
-    sid = require_identifier("session_id", session_id)
-    from_states = require_only_states(only_states)
-    fence, fence_params = ledger.fence(sid, ownership)
-    params = {"session_id": sid, "error": clean_error(error), "now": now, **fence_params}
-    statement = statements.fail_handoff(from_states, fence)
-    return Plan(
-        _changed_one, statement, params, writes=True, after=functools.partial(ledger.forget, sid)
-    )
+    def request_handoff(self, session_id: object, platform: object) -> Plan[bool]:
+        params = self._transition_params(session_id)
+        params["platform"] = require_identifier("platform", platform, max_length=NAME_LENGTH)
+        transition = statements.request_handoff()
+        return Plan(_request, transition, params, writes=True, after=self._announced)
 
+    def retry_handoff(self, session_id: object, platform: object = None) -> Plan[bool]:
+        """failed -> pending again, on the same platform unless another is given."""
+        params = self._transition_params(session_id)
+        if platform is not None:
+            platform = require_identifier("platform", platform, max_length=NAME_LENGTH)
+        params["platform"] = platform
+        transition = statements.request_handoff(retry=True)
+        return Plan(_request, transition, params, writes=True, after=self._announced)
 
-def renew_handoff_leases(
-    session_ids: object, *, now: float, ownership: Ownership | None
-) -> Plan[list[str]]:
-    ids = require_identifiers("session_ids", session_ids)
-    if ownership is None or ownership.lease_seconds is None or not ids:
-        return Plan(_nothing_renewed, writes=False)
-    params = {"owner": ownership.owner, "lease_expires_at": ownership.lease_until(now)}
-    return Plan(_renew, ids, params, writes=True)
+    def claim_handoff(self, session_id: object) -> Plan[bool]:
+        params = self._transition_params(session_id)
+        ownership = self.ownership
+        params["owner"] = ownership.owner if ownership else None
+        params["lease_expires_at"] = ownership.lease_until(params["now"]) if ownership else None
+        after = functools.partial(self.ledger.record, params["session_id"])
+        return Plan(_claim, params, writes=True, after=after)
+
+    def complete_handoff(self, session_id: object) -> Plan[bool]:
+        params = self._transition_params(session_id)
+        fence, fence_params = self.ledger.fence(params["session_id"], self.ownership)
+        params.update(fence_params)
+        after = functools.partial(self.ledger.forget, params["session_id"])
+        transition = statements.complete_handoff(fence)
+        return Plan(_moved, transition, params, writes=True, after=after)
+
+    def fail_handoff(
+        self, session_id: object, error: object, only_states: object = None
+    ) -> Plan[bool]:
+        params = self._transition_params(session_id)
+        from_states = require_only_states(only_states)
+        fence, fence_params = self.ledger.fence(params["session_id"], self.ownership)
+        params.update(fence_params, error=clean_error(error))
+        after = functools.partial(self.ledger.forget, params["session_id"])
+        transition = statements.fail_handoff(from_states, fence)
+        return Plan(_moved, transition, params, writes=True, after=after)
+
+    def renew_handoff_leases(self, session_ids: object) -> Plan[list[str]]:
+        ids = require_identifiers("session_ids", session_ids)
+        ownership = self.ownership
+        if ownership is None or ownership.lease_seconds is None or not ids:
+            return Plan(_nothing_renewed, writes=False)
+        lease_until = ownership.lease_until(self.clock())
+        params = {"owner": ownership.owner, "lease_expires_at": lease_until}
+        return Plan(_renew, ids, params, writes=True)
+
+    def _reclaim_params(self, error: object) -> dict[str, Any]:
+        return {
+            "error": clean_error(error),
+            "now": self.clock(),
+            "actor": self.actor,
+            "owner": self.ownership.owner if self.ownership else None,
+        }
+
+    def reclaim_handoffs(self, scope: object, error: object) -> Plan[list[str]]:
+        """Fail the running rows in ``scope`` (see :class:`~hermes_state.statements.ReclaimScope`).
+
+        STALE without ownership takes rows without a lease or with an expired one: a store
+        that does not know who it is never takes a row a live gateway holds under a lease.
+        """
+        params = self._reclaim_params(error)
+        return Plan(_reclaim, require_scope(scope), params, writes=True)
+
+    def preview_reclaim(self, scope: object) -> Plan[list[Row]]:
+        """What :meth:`reclaim_handoffs` would fail, and why, changing nothing."""
+        params = self._reclaim_params("")
+        return Plan(_reclaim_preview, require_scope(scope), params, writes=False)
+
+    # the audit trail
+
+    def handoff_history(self, session_id: object) -> Plan[list[Row]]:
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_rows, statements.handoff_history(), params, writes=False)
+
+    def prune_handoff_events(self, older_than_seconds: object) -> Plan[int]:
+        age = require_seconds("older_than_seconds", older_than_seconds)
+        if age < 0:
+            raise InvalidInputError(f"older_than_seconds must not be negative, not {age:g}")
+        params = {"before": self.clock() - age}
+        return Plan(_changed, statements.prune_events(), params, writes=True)
+
+    # reads
+
+    def list_pending_handoffs(self) -> Plan[list[Row]]:
+        return Plan(_rows, statements.list_handoffs(HandoffState.PENDING), {}, writes=False)
+
+    def list_handoffs(self, state: object = None, limit: object = None) -> Plan[list[Row]]:
+        """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them."""
+        wanted = None if state is None else require_state(state)
+        if limit is None:
+            return Plan(_rows, statements.list_handoffs(wanted), {}, writes=False)
+        params = {"limit": require_count("limit", limit)}
+        return Plan(_rows, statements.list_handoffs(wanted, limited=True), params, writes=False)
+
+    def has_pending_handoffs(self) -> Plan[bool]:
+        return Plan(_has_rows, statements.has_pending_handoffs(), writes=False)
+
+    def get_handoff_state(self, session_id: object) -> Plan[Row | None]:
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_first_row, statements.get_handoff_state(), params, writes=False)
+
+    def handoff_stats(self) -> Plan[Row]:
+        return Plan(_stats, self.clock(), writes=False)
 
 
 def _nothing_renewed(_caps: Capabilities) -> Body[list[str]]:
@@ -411,45 +529,6 @@ def _nothing_renewed(_caps: Capabilities) -> Body[list[str]]:
     return []
 
 
-def reclaim_stale_running_handoffs(
-    error: object, *, now: float, ownership: Ownership | None
-) -> Plan[list[str]]:
-    """Without ownership: every running row. With it: the rows no live gateway holds."""
-    params = {"error": clean_error(error), "now": now}
-    if ownership is None:
-        return Plan(_reclaim, ReclaimScope.ALL, params, writes=True)
-    return Plan(_reclaim, ReclaimScope.STALE, {**params, "owner": ownership.owner}, writes=True)
-
-
-def reclaim_expired_handoffs(error: object, *, now: float) -> Plan[list[str]]:
-    params = {"error": clean_error(error), "now": now}
-    return Plan(_reclaim, ReclaimScope.EXPIRED, params, writes=True)
-
-
-# -- plans: reads ------------------------------------------------------------------------------
-
-
-def list_pending_handoffs() -> Plan[list[Row]]:
-    return Plan(_rows, statements.list_handoffs(HandoffState.PENDING), {}, writes=False)
-
-
-def list_handoffs(state: object = None, *, limit: object = None) -> Plan[list[Row]]:
-    """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them."""
-    wanted = None if state is None else require_state(state)
-    if limit is None:
-        return Plan(_rows, statements.list_handoffs(wanted), {}, writes=False)
-    params = {"limit": require_count("limit", limit)}
-    return Plan(_rows, statements.list_handoffs(wanted, limited=True), params, writes=False)
-
-
-def has_pending_handoffs() -> Plan[bool]:
-    return Plan(_has_rows, statements.has_pending_handoffs(), writes=False)
-
-
-def get_handoff_state(session_id: object) -> Plan[Row | None]:
-    params = {"session_id": require_identifier("session_id", session_id)}
-    return Plan(_first_row, statements.get_handoff_state(), params, writes=False)
-
-
-def handoff_stats(*, now: float) -> Plan[Row]:
-    return Plan(_stats, now, writes=False)
+def _changed(_caps: Capabilities, statement: Executable, params: Mapping[str, Any]) -> Body[int]:
+    outcome = yield Step(statement, params)
+    return outcome.rowcount

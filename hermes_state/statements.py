@@ -17,47 +17,59 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Delete,
     Dialect,
     Double,
     Insert,
     Select,
     String,
+    Text,
     Update,
     and_,
     bindparam,
+    case,
     exists,
     func,
+    literal,
     literal_column,
+    null,
     or_,
     select,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from .models import REQUESTABLE_STATES, HandoffState, messages, sessions
+from .models import REQUESTABLE_STATES, HandoffState, handoff_events, messages, sessions
 
 __all__ = [
+    "EVENT_COLUMNS",
     "HANDOFF_CHANNEL",
     "SESSION_FIELDS",
     "Capabilities",
     "Fence",
     "ReclaimScope",
+    "Transition",
     "append_message",
     "claim_handoff",
     "claimed_attempt",
     "complete_handoff",
+    "count_failures_since",
     "count_handoffs_by_state",
     "fail_handoff",
     "get_handoff_state",
     "get_messages",
+    "handoff_history",
     "has_pending_handoffs",
     "insert_session",
     "list_handoffs",
-    "lock_reclaimable",
     "notify_handoff_requested",
     "oldest_pending_requested_at",
+    "prune_events",
+    "recent_failures",
     "reclaim_handoffs",
+    "reclaimable",
     "renew_lease",
     "request_handoff",
+    "running_by_owner",
     "state_is",
 ]
 
@@ -199,22 +211,75 @@ def _finished(state: HandoffState, error: ColumnElement[Any] | None) -> dict[str
     }
 
 
-@functools.cache
-def request_handoff() -> Update:
-    """NULL/completed/failed -> pending, clearing the previous attempt's error, times and owner."""
-    return (
-        sessions.update()
-        .where(_c.id == bindparam("session_id"), _state_in(REQUESTABLE_STATES))
-        .values(
-            handoff_state=_literal(HandoffState.PENDING),
-            handoff_platform=bindparam("platform"),
-            handoff_error=None,
-            handoff_requested_at=bindparam("now"),
-            handoff_claimed_at=None,
-            handoff_finished_at=None,
-            handoff_owner=None,
-            handoff_lease_expires_at=None,
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state-machine move as two statements sharing one condition.
+
+    ``record`` appends the audit row, selecting the session rows the move applies to (their
+    current state is the event's ``from_state``) and locking them (FOR UPDATE on servers;
+    SQLite's BEGIN IMMEDIATE already serialises writers). ``apply`` then updates exactly those
+    rows. Run in that order in one transaction, the move and its event commit or vanish
+    together, and a lost race inserts no event and updates nothing.
+    """
+
+    record: Insert
+    apply: Update
+
+
+def _transition(
+    to_state: HandoffState,
+    condition: ColumnElement[bool],
+    values: dict[str, Any],
+    *,
+    detail: ColumnElement[Any] | None = None,
+    attempt: ColumnElement[Any] | None = None,
+) -> Transition:
+    source = (
+        select(
+            _c.id,
+            _c.handoff_state,
+            _literal(to_state),
+            bindparam("now", type_=Double()),
+            bindparam("actor", type_=String()),
+            attempt if attempt is not None else _c.handoff_attempt,
+            detail if detail is not None else null(),
         )
+        .where(condition)
+        .with_for_update()
+    )
+    record = handoff_events.insert().from_select(EVENT_COLUMNS, source)
+    return Transition(record, sessions.update().where(condition).values(**values))
+
+
+def _one_session(condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    return and_(_c.id == bindparam("session_id"), condition)
+
+
+@functools.cache
+def request_handoff(retry: bool = False) -> Transition:
+    """NULL/completed/failed -> pending (a retry: failed -> pending), clearing the previous
+    attempt's error, times, owner and lease. A retry keeps the platform unless given one."""
+    condition = state_is(HandoffState.FAILED) if retry else _state_in(REQUESTABLE_STATES)
+    platform = (
+        func.coalesce(bindparam("platform", type_=String()), _c.handoff_platform)
+        if retry
+        else bindparam("platform", type_=String())
+    )
+    reason = "retry for " if retry else "requested for "
+    return _transition(
+        HandoffState.PENDING,
+        _one_session(condition),
+        {
+            "handoff_state": _literal(HandoffState.PENDING),
+            "handoff_platform": platform,
+            "handoff_error": None,
+            "handoff_requested_at": bindparam("now"),
+            "handoff_claimed_at": None,
+            "handoff_finished_at": None,
+            "handoff_owner": None,
+            "handoff_lease_expires_at": None,
+        },
+        detail=literal(reason) + platform,
     )
 
 
@@ -225,24 +290,27 @@ def notify_handoff_requested() -> Select[tuple[object]]:
 
 
 @functools.cache
-def claim_handoff(returning: bool) -> Update:
+def claim_handoff(returning: bool) -> Transition:
     """pending -> running: a compare-and-swap, so exactly one concurrent claimer wins.
 
     Stamps the claimer's ``:owner`` and ``:lease_expires_at`` (both may be NULL) and counts the
-    attempt, returned where the dialect can (else read with :func:`claimed_attempt`).
+    attempt, returned by ``apply`` where the dialect can (else read with :func:`claimed_attempt`).
     """
-    stmt = (
-        sessions.update()
-        .where(_c.id == bindparam("session_id"), state_is(HandoffState.PENDING))
-        .values(
-            handoff_state=_literal(HandoffState.RUNNING),
-            handoff_claimed_at=bindparam("now"),
-            handoff_owner=bindparam("owner", type_=String()),
-            handoff_lease_expires_at=bindparam("lease_expires_at", type_=Double()),
-            handoff_attempt=_c.handoff_attempt + 1,
-        )
+    transition = _transition(
+        HandoffState.RUNNING,
+        _one_session(state_is(HandoffState.PENDING)),
+        {
+            "handoff_state": _literal(HandoffState.RUNNING),
+            "handoff_claimed_at": bindparam("now"),
+            "handoff_owner": bindparam("owner", type_=String()),
+            "handoff_lease_expires_at": bindparam("lease_expires_at", type_=Double()),
+            "handoff_attempt": _c.handoff_attempt + 1,
+        },
+        attempt=_c.handoff_attempt + 1,
     )
-    return stmt.returning(_c.handoff_attempt) if returning else stmt
+    if not returning:
+        return transition
+    return Transition(transition.record, transition.apply.returning(_c.handoff_attempt))
 
 
 @functools.cache
@@ -252,32 +320,34 @@ def claimed_attempt() -> Select[tuple[int]]:
 
 
 @functools.cache
-def complete_handoff(fence: Fence) -> Update:
+def complete_handoff(fence: Fence) -> Transition:
     """running -> completed, clearing the error; ``fence`` says whose running row."""
-    return (
-        sessions.update()
-        .where(_c.id == bindparam("session_id"), _running_under(fence))
-        .values(**_finished(HandoffState.COMPLETED, None))
+    return _transition(
+        HandoffState.COMPLETED,
+        _one_session(_running_under(fence)),
+        _finished(HandoffState.COMPLETED, None),
     )
 
 
 @functools.cache
-def fail_handoff(from_states: frozenset[HandoffState], fence: Fence) -> Update:
+def fail_handoff(from_states: frozenset[HandoffState], fence: Fence) -> Transition:
     """``from_states`` -> failed with ``:error``; a running row only under ``fence``."""
     allowed = [
         _running_under(fence) if state is HandoffState.RUNNING else state_is(state)
         for state in sorted(from_states)
     ]
-    return (
-        sessions.update()
-        .where(_c.id == bindparam("session_id"), or_(*allowed))
-        .values(**_finished(HandoffState.FAILED, bindparam("error")))
+    error = bindparam("error", type_=Text())
+    return _transition(
+        HandoffState.FAILED,
+        _one_session(or_(*allowed)),
+        _finished(HandoffState.FAILED, error),
+        detail=error,
     )
 
 
 @functools.cache
 def renew_lease() -> Update:
-    """Extend the lease of a row this owner still holds."""
+    """Extend the lease of a row this owner still holds (not a transition: no event)."""
     return (
         sessions.update()
         .where(_c.id == bindparam("session_id"), _running_under(Fence.OWNER))
@@ -292,6 +362,7 @@ def _reclaimable(scope: ReclaimScope) -> ColumnElement[bool]:
         return running
     if scope is ReclaimScope.EXPIRED:
         return and_(running, lease < bindparam("now"))
+    # With a NULL :owner the owner test is NULL, so only unleased and expired rows qualify.
     return and_(
         running,
         or_(lease.is_(None), lease < bindparam("now"), _c.handoff_owner == bindparam("owner")),
@@ -299,23 +370,93 @@ def _reclaimable(scope: ReclaimScope) -> ColumnElement[bool]:
 
 
 @functools.cache
-def lock_reclaimable(scope: ReclaimScope) -> Select[tuple[str]]:
-    """The ids a reclaim would fail, locked, for dialects that cannot UPDATE ... RETURNING."""
-    return select(_c.id).where(_reclaimable(scope)).with_for_update()
+def reclaimable(scope: ReclaimScope, lock: bool) -> Select[tuple[Any, ...]]:
+    """The running rows a reclaim in ``scope`` would fail (locked when ``lock``), with what
+    tells why: owner, claim time and lease."""
+    stmt = (
+        select(
+            _c.id,
+            _c.handoff_owner.label("owner"),
+            _c.handoff_claimed_at.label("claimed_at"),
+            _c.handoff_lease_expires_at.label("lease_expires_at"),
+            _c.handoff_attempt.label("attempt"),
+        )
+        .where(_reclaimable(scope))
+        .order_by(_c.id)
+    )
+    return stmt.with_for_update() if lock else stmt
 
 
 @functools.cache
-def reclaim_handoffs(scope: ReclaimScope, returning: bool, by_id: bool) -> Update:
-    """running -> failed with ``:error`` for the rows in ``scope`` (or the locked ``:ids``)."""
-    condition = _reclaimable(scope)
-    if by_id:
-        condition = and_(condition, _c.id.in_(bindparam("ids", expanding=True)))
-    stmt = (
-        sessions.update()
-        .where(condition)
-        .values(**_finished(HandoffState.FAILED, bindparam("error")))
+def reclaim_handoffs(scope: ReclaimScope) -> Transition:
+    """running -> failed with ``:error`` for the rows in ``scope``."""
+    error = bindparam("error", type_=Text())
+    return _transition(
+        HandoffState.FAILED,
+        _reclaimable(scope),
+        _finished(HandoffState.FAILED, error),
+        detail=error,
     )
-    return stmt.returning(_c.id) if returning else stmt
+
+
+# -- the audit trail ---------------------------------------------------------------------------
+
+EVENT_COLUMNS = ["session_id", "from_state", "to_state", "at", "actor", "attempt", "detail"]
+_e = handoff_events.c
+
+
+@functools.cache
+def handoff_history() -> Select[tuple[Any, ...]]:
+    """A session's events, oldest first."""
+    return (
+        select(
+            _e.id, _e.session_id, _e.from_state, _e.to_state, _e.at, _e.actor, _e.attempt, _e.detail
+        )
+        .where(_e.session_id == bindparam("session_id"))
+        .order_by(_e.id)
+    )
+
+
+@functools.cache
+def prune_events() -> Delete:
+    """Delete the events older than ``:before``."""
+    return handoff_events.delete().where(_e.at < bindparam("before"))
+
+
+@functools.cache
+def recent_failures() -> Select[tuple[str | None, int]]:
+    """The most common errors among failures since ``:since``, most frequent first."""
+    return (
+        select(_e.detail.label("error"), func.count().label("count"))
+        .where(_e.to_state == _literal(HandoffState.FAILED), _e.at >= bindparam("since"))
+        .group_by(_e.detail)
+        .order_by(func.count().desc(), _e.detail)
+        .limit(bindparam("limit"))
+    )
+
+
+@functools.cache
+def count_failures_since() -> Select[Any]:
+    return select(func.count().label("count")).where(
+        _e.to_state == _literal(HandoffState.FAILED), _e.at >= bindparam("since")
+    )
+
+
+@functools.cache
+def running_by_owner() -> Select[tuple[str | None, int, int, int]]:
+    """Running rows per owner: how many, with a live lease, with an expired one."""
+    lease = _c.handoff_lease_expires_at
+    return (
+        select(
+            _c.handoff_owner.label("owner"),
+            func.count().label("running"),
+            func.count(case((lease >= bindparam("now"), 1))).label("live_leases"),
+            func.count(case((lease < bindparam("now"), 1))).label("expired_leases"),
+        )
+        .where(state_is(HandoffState.RUNNING))
+        .group_by(_c.handoff_owner)
+        .order_by(_c.handoff_owner)
+    )
 
 
 # -- reads -------------------------------------------------------------------------------------

@@ -11,13 +11,14 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from . import notify, repository
+from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, resolve_url
 from .errors import InvalidInputError
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
-from .repository import ClaimLedger, Ownership, Plan, Row
+from .repository import Ownership, Plan, Repository, Row
 from .schema import ensure_current
-from .validation import require_seconds
+from .statements import ReclaimScope
+from .validation import require_identifier, require_seconds
 
 __all__ = ["SessionDB", "StoreSettings"]
 
@@ -26,10 +27,11 @@ Clock = Callable[[], float]
 
 
 class StoreSettings:
-    """What every store takes: the database, its patience, the clock and the gateway identity.
+    """What every store takes: the database, its patience, the clock and who it acts as.
 
     ``owner`` (a stable gateway name) and ``lease_seconds`` switch on multi-gateway claims:
     stamped, leased, and fenced so a gateway whose claim was rescued cannot overwrite the row.
+    ``actor`` is the "who" of the audit trail (default: the owner, else "api").
     """
 
     def __init__(
@@ -41,24 +43,35 @@ class StoreSettings:
         clock: Clock,
         owner: str | None,
         lease_seconds: float | None,
+        actor: str | None,
     ) -> None:
         if db_path is not None and url is not None:
             raise InvalidInputError(f"give {type(self).__name__} either db_path or url, not both")
         self.url = resolve_url(url if url is not None else db_path)
         self.where = describe(self.url)
         self._patience = Patience(require_seconds("busy_patience", busy_patience))
-        self._clock = clock
-        self._ownership = Ownership.configure(owner, lease_seconds)
-        self._ledger = ClaimLedger()
-        self._announce = functools.partial(notify.publish, notify.database_key(self.url))
+        ownership = Ownership.configure(owner, lease_seconds)
+        default_actor = ownership.owner if ownership else "api"
+        self._plans = Repository(
+            clock=clock,
+            actor=require_identifier("actor", actor) if actor is not None else default_actor,
+            ownership=ownership,
+            announce=functools.partial(notify.publish, notify.database_key(self.url)),
+        )
 
     @property
     def owner(self) -> str | None:
-        return self._ownership.owner if self._ownership else None
+        ownership = self._plans.ownership
+        return ownership.owner if ownership else None
 
     @property
     def lease_seconds(self) -> float | None:
-        return self._ownership.lease_seconds if self._ownership else None
+        ownership = self._plans.ownership
+        return ownership.lease_seconds if ownership else None
+
+    @property
+    def actor(self) -> str:
+        return self._plans.actor
 
     def __repr__(self) -> str:
         owner = f", owner={self.owner!r}" if self.owner else ""
@@ -84,6 +97,7 @@ class SessionDB(StoreSettings):
         clock: Clock = time.time,
         owner: str | None = None,
         lease_seconds: float | None = None,
+        actor: str | None = None,
     ) -> None:
         super().__init__(
             db_path,
@@ -92,6 +106,7 @@ class SessionDB(StoreSettings):
             clock=clock,
             owner=owner,
             lease_seconds=lease_seconds,
+            actor=actor,
         )
         engine = make_engine(self.url)
         embedded = is_sqlite(self.url)
@@ -131,7 +146,7 @@ class SessionDB(StoreSettings):
 
     def create_session(self, session_id: str, source: str, **fields: Any) -> str:
         """Insert a session; an existing row with this id keeps its values. Returns the id."""
-        return self._run(repository.create_session(session_id, source, fields, now=self._clock()))
+        return self._run(self._plans.create_session(session_id, source, fields))
 
     def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
         """Make sure the session exists (same as ``create_session``, with a default source)."""
@@ -139,37 +154,29 @@ class SessionDB(StoreSettings):
 
     def append_message(self, session_id: str, role: str, content: str | None) -> int:
         """Append to the session's transcript; returns the message id."""
-        return self._run(repository.append_message(session_id, role, content, now=self._clock()))
+        return self._run(self._plans.append_message(session_id, role, content))
 
     def get_messages(self, session_id: str) -> list[Row]:
         """The transcript, oldest first, as dicts (id, session_id, role, content, timestamp)."""
-        return self._run(repository.get_messages(session_id))
+        return self._run(self._plans.get_messages(session_id))
 
     # -- handoff transitions ------------------------------------------------------------------
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
         """NULL/completed/failed -> pending. False when one is in flight or the id is unknown."""
-        return self._run(
-            repository.request_handoff(
-                session_id, platform, now=self._clock(), announce=self._announce
-            )
-        )
+        return self._run(self._plans.request_handoff(session_id, platform))
+
+    def retry_handoff(self, session_id: str, platform: str | None = None) -> bool:
+        """failed -> pending again (same platform unless given). False unless it failed."""
+        return self._run(self._plans.retry_handoff(session_id, platform))
 
     def claim_handoff(self, session_id: str) -> bool:
         """pending -> running, atomically: of concurrent claimers exactly one gets True."""
-        return self._run(
-            repository.claim_handoff(
-                session_id, now=self._clock(), ownership=self._ownership, ledger=self._ledger
-            )
-        )
+        return self._run(self._plans.claim_handoff(session_id))
 
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed, clearing the error. With an owner, only this store's claim."""
-        return self._run(
-            repository.complete_handoff(
-                session_id, now=self._clock(), ownership=self._ownership, ledger=self._ledger
-            )
-        )
+        return self._run(self._plans.complete_handoff(session_id))
 
     def fail_handoff(
         self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
@@ -177,59 +184,60 @@ class SessionDB(StoreSettings):
         """pending/running -> failed with ``str(error)[:500]``; ``only_states`` narrows the
         states it may fail from (a waiter passes ``("pending",)`` so a claimed row is never
         failed under its gateway). With an owner, a running row only under this store's claim."""
-        return self._run(
-            repository.fail_handoff(
-                session_id,
-                error,
-                only_states=only_states,
-                now=self._clock(),
-                ownership=self._ownership,
-                ledger=self._ledger,
-            )
-        )
+        return self._run(self._plans.fail_handoff(session_id, error, only_states))
 
     def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         """Extend the leases this owner still holds; returns the ids renewed."""
-        return self._run(
-            repository.renew_handoff_leases(
-                session_ids, now=self._clock(), ownership=self._ownership
-            )
-        )
+        return self._run(self._plans.renew_handoff_leases(session_ids))
 
     def reclaim_stale_running_handoffs(self, error: object) -> list[str]:
         """Fail the running rows no live gateway holds, in one transaction; returns their ids.
 
-        Without an owner: every running row (the store is the only gateway). With one: rows
-        without a lease, with an expired lease, or claimed by this owner (its previous life
-        died). They are failed, never re-queued: the dead gateway may already have delivered.
+        Rows without a lease, with an expired lease, or claimed by this store's owner (its
+        previous life died). They are failed, never re-queued: the dead gateway may already
+        have delivered.
         """
-        return self._run(
-            repository.reclaim_stale_running_handoffs(
-                error, now=self._clock(), ownership=self._ownership
-            )
-        )
+        return self._run(self._plans.reclaim_handoffs(ReclaimScope.STALE, error))
 
     def reclaim_expired_handoffs(self, error: object) -> list[str]:
         """Fail running rows whose lease has expired, whoever holds them; returns their ids."""
-        return self._run(repository.reclaim_expired_handoffs(error, now=self._clock()))
+        return self._run(self._plans.reclaim_handoffs(ReclaimScope.EXPIRED, error))
+
+    def reclaim_running_handoffs(self, error: object) -> list[str]:
+        """Fail every running row, leased or not: for an operator who knows no gateway lives."""
+        return self._run(self._plans.reclaim_handoffs(ReclaimScope.ALL, error))
+
+    def preview_reclaim(self, scope: str = "stale") -> list[Row]:
+        """What a reclaim in ``scope`` ("stale", "expired", "all") would fail, and why."""
+        return self._run(self._plans.preview_reclaim(scope))
+
+    # -- the audit trail -----------------------------------------------------------------------
+
+    def handoff_history(self, session_id: str) -> list[Row]:
+        """Every recorded transition of the session, oldest first."""
+        return self._run(self._plans.handoff_history(session_id))
+
+    def prune_handoff_events(self, older_than_seconds: float) -> int:
+        """Delete events older than this; returns how many went."""
+        return self._run(self._plans.prune_handoff_events(older_than_seconds))
 
     # -- reads ---------------------------------------------------------------------------------
 
     def list_pending_handoffs(self) -> list[Row]:
         """Pending rows, whole, oldest ``started_at`` first."""
-        return self._run(repository.list_pending_handoffs())
+        return self._run(self._plans.list_pending_handoffs())
 
     def list_handoffs(self, state: str | None = None, *, limit: int | None = None) -> list[Row]:
         """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first."""
-        return self._run(repository.list_handoffs(state, limit=limit))
+        return self._run(self._plans.list_handoffs(state, limit))
 
     def has_pending_handoffs(self) -> bool:
         """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""
-        return self._run(repository.has_pending_handoffs())
+        return self._run(self._plans.has_pending_handoffs())
 
     def get_handoff_state(self, session_id: str) -> Row | None:
         """``{"state", "platform", "error"}`` of the session, or None for an unknown id."""
-        return self._run(repository.get_handoff_state(session_id))
+        return self._run(self._plans.get_handoff_state(session_id))
 
     def handoff_change_token(self) -> int | None:
         """A number that changes whenever another connection commits (SQLite); None on servers.
@@ -240,5 +248,6 @@ class SessionDB(StoreSettings):
         return self._runner.change_token()
 
     def handoff_stats(self) -> Row:
-        """``{"counts": {state: n}, "oldest_pending_age_seconds": float | None}``."""
-        return self._run(repository.handoff_stats(now=self._clock()))
+        """Counts per state, oldest pending age, running rows per owner with their leases, and
+        the failures of the last hour with their most common errors."""
+        return self._run(self._plans.handoff_stats())

@@ -9,6 +9,7 @@ from typing import Final
 
 from .errors import InvalidInputError, InvalidInputTypeError
 from .models import ERROR_LIMIT, ID_LENGTH, HandoffState
+from .statements import ReclaimScope
 
 __all__ = [
     "clean_error",
@@ -17,6 +18,7 @@ __all__ = [
     "require_identifier",
     "require_identifiers",
     "require_only_states",
+    "require_scope",
     "require_seconds",
     "require_state",
     "require_text",
@@ -161,4 +163,17 @@ def require_state(value: object) -> HandoffState:
         names = ", ".join(state.value for state in HandoffState)
         raise InvalidInputError(
             f"unknown handoff state {value!r}; expected one of {names}"
+        ) from None
+
+
+def require_scope(value: object) -> ReclaimScope:
+    """A reclaim scope, by enum member or name ("stale", "expired", "all")."""
+    if isinstance(value, ReclaimScope):
+        return value
+    try:
+        return ReclaimScope(value)
+    except ValueError:
+        names = ", ".join(scope.value for scope in ReclaimScope)
+        raise InvalidInputError(
+            f"unknown reclaim scope {value!r}; expected one of {names}"
         ) from None

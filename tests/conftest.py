@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
 from hermes_state import SessionDB, schema
-from hermes_state.engine import resolve_url
+from hermes_state.engine import resolve_url, with_driver
 
 SERVER_ENVS = {
     "postgresql": "HERMES_STATE_TEST_PG_URL",
@@ -43,7 +43,7 @@ def require_server(backend: str) -> URL:
     url = server_url(backend)
     if url is None:
         pytest.skip(f"{SERVER_ENVS[backend]} is not set")
-    engine = create_engine(url)
+    engine = create_engine(with_driver(url, asyncio=False))
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
@@ -64,7 +64,7 @@ def throwaway_database(backend: str) -> Iterator[URL]:
     """A new, empty database on the configured server, dropped afterwards."""
     server = require_server(backend)
     name = f"hs_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    admin = create_engine(with_driver(server, asyncio=False), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
             connection.execute(text(f"CREATE DATABASE {name}"))
@@ -108,10 +108,10 @@ def migrated_servers() -> Iterator[dict[str, URL]]:
 
 
 def _empty_tables(url: URL) -> None:
-    engine = create_engine(url)
+    engine = create_engine(with_driver(url, asyncio=False))
     try:
         with engine.begin() as connection:
-            for table in ("messages", "sessions"):
+            for table in ("messages", "handoff_events", "sessions"):
                 connection.execute(text(f"DELETE FROM {table}"))
     finally:
         engine.dispose()

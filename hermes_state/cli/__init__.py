@@ -46,6 +46,8 @@ EXIT_OK: Final = 0
 EXIT_REFUSED: Final = 1
 EXIT_BAD_INPUT: Final = 2
 DEBUG_ENV: Final = "HERMES_STATE_DEBUG"
+#: Who the audit trail names for changes made from the command line.
+CLI_ACTOR: Final = "cli"
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 
 Handler = Callable[[argparse.Namespace, "Output"], int]
@@ -89,7 +91,7 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = False) -> Session
     """The store a command works on (an embedded file is created and migrated on demand)."""
     from ..store import SessionDB
 
-    return SessionDB(url=database_url(args, must_exist=must_exist))
+    return SessionDB(url=database_url(args, must_exist=must_exist), actor=CLI_ACTOR)
 
 
 def env_flag(name: str) -> bool:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ..errors import InvalidInputError
 from ..models import HandoffState
 from ..repository import STRANDED_ERROR
 from ..store import SessionDB
@@ -70,10 +71,38 @@ def register(commands: Any) -> None:
     fail.set_defaults(command_function=run_fail)
 
     reclaim = actions.add_parser(
-        "reclaim", help="fail every running handoff (after a gateway died mid-delivery)"
+        "reclaim",
+        help="fail running handoffs no live gateway holds (no lease, or an expired one)",
+        description="Fail running handoffs whose gateway is gone: rows without a lease or with "
+        "an expired lease. A row under a live lease is left to its gateway unless --all.",
+    )
+    reclaim.add_argument(
+        "--all",
+        action="store_true",
+        help="fail every running handoff, leased or not (only when you know no gateway lives)",
+    )
+    reclaim.add_argument(
+        "--dry-run", action="store_true", help="list what would be failed and why; change nothing"
     )
     add_json_option(reclaim)
     reclaim.set_defaults(command_function=run_reclaim)
+
+    retry = actions.add_parser("retry", help="request a failed handoff again")
+    retry.add_argument("session_id", metavar="SESSION_ID")
+    retry.add_argument("--platform", help="deliver to this platform instead of the previous one")
+    retry.set_defaults(command_function=run_retry)
+
+    history = actions.add_parser("history", help="the audit trail of SESSION_ID, oldest first")
+    history.add_argument("session_id", metavar="SESSION_ID")
+    add_json_option(history)
+    history.set_defaults(command_function=run_history)
+
+    prune = actions.add_parser("prune-events", help="delete audit events older than DAYS")
+    prune.add_argument(
+        "--older-than", type=float, required=True, metavar="DAYS", help="age in days (> 0)"
+    )
+    add_json_option(prune)
+    prune.set_defaults(command_function=run_prune)
 
     stats = actions.add_parser("stats", help="counts per state, age of the oldest pending")
     add_json_option(stats)
@@ -189,13 +218,68 @@ def run_fail(args: argparse.Namespace, out: Output) -> int:
 
 
 def run_reclaim(args: argparse.Namespace, out: Output) -> int:
+    scope = "all" if args.all else "stale"
     with open_store(args, must_exist=True) as db:
-        reclaimed = db.reclaim_stale_running_handoffs(STRANDED_ERROR)
+        if args.dry_run:
+            found = db.preview_reclaim(scope)
+            out.json({"dry_run": True, "would_reclaim": found})
+            out.line(f"a reclaim would fail {len(found)} running handoff(s)")
+            for row in found:
+                out.line(f"  {row['id']}  owner {row['owner'] or '-'}: {row['reason']}")
+            return EXIT_OK
+        reclaim = db.reclaim_running_handoffs if args.all else db.reclaim_stale_running_handoffs
+        reclaimed = reclaim(STRANDED_ERROR)
     out.json({"reclaimed": reclaimed})
-    out.line(
-        f"reclaimed {len(reclaimed)} running handoff(s)"
-        + "".join(f"\n  {sid}" for sid in reclaimed)
-    )
+    out.line(f"reclaimed {len(reclaimed)} running handoff(s)")
+    for session_id in reclaimed:
+        out.line(f"  {session_id}")
+    return EXIT_OK
+
+
+def run_retry(args: argparse.Namespace, out: Output) -> int:
+    with open_store(args) as db:
+        if db.retry_handoff(args.session_id, args.platform):
+            requested = db.get_handoff_state(args.session_id) or {}
+            platform = requested.get("platform")
+            out.line(f"handoff of {args.session_id!r} requested again for {platform}")
+            return EXIT_OK
+        state = db.get_handoff_state(args.session_id)
+    if state is None:
+        out.error(f"no session {args.session_id!r}")
+    else:
+        out.error(
+            f"only a failed handoff can be retried; {args.session_id!r} is {_describe(state)}"
+        )
+    return EXIT_REFUSED
+
+
+def run_history(args: argparse.Namespace, out: Output) -> int:
+    with open_store(args, must_exist=True) as db:
+        events = db.handoff_history(args.session_id)
+        known = events or db.get_handoff_state(args.session_id) is not None
+    if not known:
+        out.error(f"no session {args.session_id!r}")
+        return EXIT_REFUSED
+    out.json(events)
+    for event in events:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event["at"]))
+        detail = f"  {event['detail']}" if event["detail"] else ""
+        out.line(
+            f"{when}  {event['from_state'] or '-':>9} -> {event['to_state']:<9}"
+            f"  by {event['actor'] or '?'}{detail}"
+        )
+    if not events:
+        out.line(f"no recorded handoff events for {args.session_id!r}")
+    return EXIT_OK
+
+
+def run_prune(args: argparse.Namespace, out: Output) -> int:
+    if not args.older_than > 0 or args.older_than == float("inf"):
+        raise InvalidInputError(f"--older-than must be a number of days > 0, not {args.older_than}")
+    with open_store(args, must_exist=True) as db:
+        deleted = db.prune_handoff_events(args.older_than * 86400)
+    out.json({"deleted": deleted})
+    out.line(f"deleted {deleted} event(s) older than {args.older_than:g} day(s)")
     return EXIT_OK
 
 
@@ -207,4 +291,14 @@ def run_stats(args: argparse.Namespace, out: Output) -> int:
         out.line(f"{state:>10}  {count}")
     age = stats["oldest_pending_age_seconds"]
     out.line("oldest pending: " + ("none" if age is None else f"{age:.0f} s ago"))
+    for owner in stats["running_by_owner"]:
+        out.line(
+            f"running under {owner['owner'] or '(no owner)'}: {owner['running']} "
+            f"({owner['live_leases']} live lease, {owner['expired_leases']} expired, "
+            f"{owner['no_lease']} without)"
+        )
+    failures = stats["failures_last_hour"]
+    out.line(f"failures in the last hour: {failures['count']}")
+    for entry in failures["top_errors"]:
+        out.line(f"  {entry['count']:>5}  {entry['error']}")
     return EXIT_OK
