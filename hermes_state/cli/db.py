@@ -8,7 +8,8 @@ from typing import Any
 
 from .. import schema
 from ..engine import describe, is_sqlite, resolve_url
-from . import EXIT_OK, EXIT_REFUSED, Output, add_json_option, database_url
+from ..errors import InvalidInputError
+from . import EXIT_OK, EXIT_REFUSED, Output, add_json_option, add_option, database_url
 
 
 def register(commands: Any) -> None:
@@ -30,6 +31,22 @@ def register(commands: Any) -> None:
     history = actions.add_parser("history", help="list the revisions, the current one marked")
     add_json_option(history)
     history.set_defaults(command_function=run_history)
+
+    copy = actions.add_parser(
+        "copy",
+        help="copy sessions, messages and handoff events to another database (promotion)",
+        description="Copy every session, message, handoff state and audit event to the "
+        "database at --to (at head revision). Idempotent: rows already there and identical are "
+        "skipped; rows that differ stop the copy before anything is written unless --force. "
+        "Streams in batches and commits each, so an interrupted copy resumes when re-run.",
+    )
+    add_option(copy, "--to", env="HERMES_STATE_COPY_TO", metavar="URL", help="target database")
+    copy.add_argument("--force", action="store_true", help="overwrite target rows that differ")
+    copy.add_argument(
+        "--batch-size", type=int, default=2000, metavar="N", help="rows per batch (default 2000)"
+    )
+    add_json_option(copy)
+    copy.set_defaults(command_function=run_copy)
 
     check = actions.add_parser(
         "check", help="compare the database with the models; exit 1 on any difference"
@@ -120,3 +137,55 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
     for drift in drifts:
         out.line(f"  {drift}")
     return EXIT_REFUSED
+
+
+def run_copy(args: argparse.Namespace, out: Output) -> int:
+    from ..promotion import copy_database
+
+    if not args.to:
+        raise InvalidInputError("db copy needs --to URL (or HERMES_STATE_COPY_TO)")
+    source = database_url(args, must_exist=True)
+    progress = _progress_bar(out.stderr) if out.stderr.isatty() and not out.as_json else None
+    report = copy_database(
+        source,
+        resolve_url(args.to),
+        force=args.force,
+        batch_size=args.batch_size,
+        progress=progress,
+    )
+    out.json(
+        {
+            "source": report.source,
+            "target": report.target,
+            "tables": [
+                {
+                    "table": table.table,
+                    "source_rows": table.source_rows,
+                    "copied": table.copied,
+                    "identical": table.identical,
+                    "overwritten": table.overwritten,
+                    "target_rows": table.target_rows,
+                }
+                for table in report.tables
+            ],
+        }
+    )
+    out.line(f"copied {report.source} -> {report.target}")
+    for table in report.tables:
+        out.line(
+            f"  {table.table:<15} {table.source_rows:>9} rows: {table.copied} copied, "
+            f"{table.identical} already there, {table.overwritten} overwritten "
+            f"(target now {table.target_rows})"
+        )
+    return EXIT_OK
+
+
+def _progress_bar(stream: Any) -> Any:
+    def show(table: str, done: int, total: int) -> None:
+        share = done / total if total else 1.0
+        filled = int(share * 30)
+        bar = "#" * filled + "-" * (30 - filled)
+        end = "\n" if done >= total else ""
+        print(f"\r{table:<15} [{bar}] {done:>9}/{total}", end=end, file=stream, flush=True)
+
+    return show
