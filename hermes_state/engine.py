@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -83,9 +84,9 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
     elif isinstance(target, str) and "://" in target:
         try:
             url = make_url(target)
-        except (ArgumentError, ValueError) as exc:
+        except (ArgumentError, ValueError):
             raise InvalidInputError(
-                f"malformed database URL {target!r}: {exc}. "
+                f"malformed database URL {_mask_password(target)!r}. "
                 "Expected e.g. sqlite:////path/state.db or postgresql://user@host/db"
             ) from None
     elif isinstance(target, str | os.PathLike):
@@ -117,6 +118,11 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
             "database); use a file, e.g. sqlite:////tmp/state.db"
         )
     return url
+
+
+def _mask_password(text: str) -> str:
+    """A URL string that may not parse, with anything between ``user:`` and ``@`` hidden."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", text)
 
 
 def is_sqlite(url: URL) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .models import metadata
 from .schema import VERSION_TABLE
 
 if TYPE_CHECKING:
@@ -116,5 +117,20 @@ def describe_diff(diff: tuple[Any, ...]) -> tuple[str, str]:
     return action, repr(diff[1:])
 
 
-def describe_diffs(diffs: list[Any]) -> list[tuple[str, str]]:
-    return [describe_diff(diff) for diff in _flatten(diffs)]
+def _is_sqlite_primary_key_nullability(diff: tuple[Any, ...], dialect_name: str) -> bool:
+    # SQLite reports a legacy "id TEXT PRIMARY KEY" as nullable (it is, by an old SQLite
+    # quirk, for non-INTEGER keys): not something a migration could or should change.
+    if dialect_name != "sqlite" or diff[0] != "modify_nullable":
+        return False
+    _, _, table_name, column_name, *_ = diff
+    table = metadata.tables.get(table_name)
+    return table is not None and column_name in table.c and table.c[column_name].primary_key
+
+
+def describe_diffs(diffs: list[Any], dialect_name: str) -> list[tuple[str, str]]:
+    """Each difference in words, leaving out what is not drift (see above)."""
+    return [
+        describe_diff(diff)
+        for diff in _flatten(diffs)
+        if not _is_sqlite_primary_key_nullability(diff, dialect_name)
+    ]

@@ -245,7 +245,10 @@ def check(url: URL) -> list[Drift]:
             connection, opts=context_options(connection.dialect.name)
         )
         drifts.extend(
-            Drift(*words) for words in describe_diffs(compare_metadata(context, metadata))
+            Drift(*words)
+            for words in describe_diffs(
+                compare_metadata(context, metadata), connection.dialect.name
+            )
         )
         connection.rollback()
         return drifts

@@ -4,7 +4,9 @@ Builders return SQLAlchemy Core statements whose variable parts are named bind p
 (``:session_id``, ``:now``, ...). Builders are cached, so a statement is one object per
 variant and each store compiles it once. State names are rendered as SQL literals, not bound
 parameters: the partial indexes on ``handoff_state`` are only used by a query whose predicate
-matches the index's ``WHERE`` text, and a parameter never does.
+implies the index's ``WHERE``. SQLite re-plans with bound values, but PostgreSQL's generic
+plan for a prepared statement (psycopg prepares after five executions) cannot know a
+parameter's value; a literal keeps every backend on the index.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from hermes_state.engine import resolve_url
 from hermes_state.migration_support import context_options
 from hermes_state.models import metadata
-from hermes_state.schema import migration_connection
+from hermes_state.schema import VERSION_TABLE, migration_connection
 
 config = context.config
 
@@ -26,6 +26,9 @@ def run_migrations(connection: Connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+        if not context.get_context().get_current_heads():
+            # Down to base: leave the database as it was before hermes-state touched it.
+            connection.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
 
 
 def run_offline() -> None:

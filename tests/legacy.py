@@ -282,9 +282,7 @@ def table_columns(path: Path) -> dict[str, tuple[str, ...]]:
             )
         ]
         return {
-            name: tuple(
-                column[1] for column in connection.execute(f'PRAGMA table_info("{name}")')
-            )
+            name: tuple(column[1] for column in connection.execute(f'PRAGMA table_info("{name}")'))
             for name in names
         }
     finally:

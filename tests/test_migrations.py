@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -146,7 +147,7 @@ def test_history_is_linear_from_base() -> None:
     revisions = oldest_first()
     assert revisions, "no migration scripts found"
     assert revisions[0].down_revision is None
-    for older, newer in zip(revisions, revisions[1:], strict=False):
+    for older, newer in itertools.pairwise(revisions):
         assert newer.down_revision == older.revision
 
 
@@ -248,6 +249,23 @@ def test_round_trip_step_by_step(empty_database: URL) -> None:
     assert compare(url, ignore_only_reflected=False) == []
 
 
+def test_each_step_goes_down_and_up_again(empty_database: URL) -> None:
+    """pytest-alembic's up/down consistency: every revision, right after its upgrade, can be
+    downgraded to its predecessor and upgraded again, leaving the same schema."""
+    url = empty_database
+    for script in oldest_first():
+        alembic_upgrade(url, script.revision)
+        shape = schema_snapshot(url)
+        target = script.down_revision
+        assert target is None or isinstance(target, str)
+        alembic_downgrade(url, target or "base")
+        assert current(url) == target
+        alembic_upgrade(url, script.revision)
+        assert current(url) == script.revision
+        assert schema_snapshot(url) == shape
+    assert schema.check(url) == []
+
+
 def test_round_trip_keeps_working_with_data(empty_database: URL) -> None:
     """Down and up again with rows in the tables: the downgrade drops them, nothing fails."""
     url = empty_database
@@ -295,31 +313,22 @@ def test_version_table_has_our_name(empty_database: URL) -> None:
         assert list(version) == [schema.HEAD_REVISION]
 
 
-def test_alembic_command_line_from_the_repository_root(
-    empty_database: URL, tmp_path: Path
-) -> None:
+def test_alembic_command_line_from_the_repository_root(empty_database: URL, tmp_path: Path) -> None:
     """`alembic upgrade head` in a checkout: alembic.ini at the root, the URL from the env."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_STATE_", "PYTHON"))}
     env["HERMES_STATE_URL"] = empty_database.render_as_string(hide_password=False)
     env["HERMES_HOME"] = str(tmp_path / "elsewhere")  # must not be used: the URL wins
 
-    def alembic(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "alembic", *args],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    upgraded = alembic("upgrade", "head")
+    upgraded = subprocess.run(
+        [sys.executable, "-m", "alembic", "upgrade", "head"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert upgraded.returncode == 0, upgraded.stderr
     assert current(empty_database) == schema.HEAD_REVISION
     assert schema.check(empty_database) == []
     assert not (tmp_path / "elsewhere" / "state.db").exists()
-
-    shown = alembic("current")
-    assert shown.returncode == 0, shown.stderr
-    assert schema.HEAD_REVISION in shown.stdout
