@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from .errors import DatabaseBusyError, InvalidInputError, NotADatabaseError
+from .errors import DatabaseBusyError, InvalidInputError, InvalidInputTypeError, NotADatabaseError
 
 __all__ = [
     "READ_ONLY",
@@ -98,7 +98,7 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
         path = Path(target).expanduser()
         return URL.create("sqlite", database=str(path.absolute()))
     else:
-        raise InvalidInputError(f"expected a database URL or path, not {type(target).__name__}")
+        raise InvalidInputTypeError(f"expected a database URL or path, not {type(target).__name__}")
     backend, _, driver = url.drivername.partition("+")
     if backend not in _DRIVERS:
         raise InvalidInputError(

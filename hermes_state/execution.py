@@ -69,10 +69,14 @@ def drive(body: Body[Any], execute: Callable[[Step], Outcome]) -> Any:
 
 
 def outcome_of(result: CursorResult[Any], step: Step) -> Outcome:
-    """Everything the plan may look at, fetched now so the cursor can go."""
+    """Everything the plan may look at, fetched now so the cursor can go.
+
+    The row count is read first: some drivers (psycopg) forget it once the rows are fetched.
+    """
+    rowcount = result.rowcount
     rows = [dict(row) for row in result.mappings()] if result.returns_rows else []
     lastrowid = result.lastrowid if step.wants_lastrowid else None
-    return Outcome(rowcount=result.rowcount, rows=rows, lastrowid=lastrowid)
+    return Outcome(rowcount=rowcount, rows=rows, lastrowid=lastrowid)
 
 
 def raise_translated(exc: BaseException, where: str) -> None:

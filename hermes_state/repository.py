@@ -226,7 +226,8 @@ def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
         )
     if outcome.rows:
         return int(outcome.rows[0]["id"])
-    assert outcome.lastrowid is not None, "the driver reported no id for the inserted message"
+    if outcome.lastrowid is None:
+        raise HermesStateError("the database driver reported no id for the inserted message")
     return outcome.lastrowid
 
 
