@@ -265,6 +265,11 @@ def _request(caps: Capabilities, transition: Transition, params: Mapping[str, An
     return True
 
 
+def _claimed(_caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
+    """A claim nothing will be fenced on (a store without ownership): no attempt to read back."""
+    return (yield from _move(statements.claim_handoff(False), params)) is not None
+
+
 def _claim(caps: Capabilities, params: Mapping[str, Any]) -> Body[int | None]:
     """The attempt number claimed, or None when another claimer won."""
     returning = caps.update_returning
@@ -433,13 +438,21 @@ class Repository:
     def claim_handoff(self, session_id: object) -> Plan[bool]:
         params = self._transition_params(session_id)
         ownership = self.ownership
-        params["owner"] = ownership.owner if ownership else None
-        params["lease_expires_at"] = ownership.lease_until(params["now"]) if ownership else None
+        if ownership is None:
+            # Without ownership nothing is fenced on the attempt (ClaimLedger.fence answers
+            # Fence.NONE), so the hot path neither reads it back nor records it.
+            params.update(owner=None, lease_expires_at=None)
+            return Plan(_claimed, params, writes=True)
+        params["owner"] = ownership.owner
+        params["lease_expires_at"] = ownership.lease_until(params["now"])
         after = functools.partial(self.ledger.record, params["session_id"])
         return Plan(_claim, params, writes=True, after=after)
 
     def complete_handoff(self, session_id: object) -> Plan[bool]:
         params = self._transition_params(session_id)
+        if self.ownership is None:  # nothing was recorded by claim_handoff: nothing to forget
+            transition = statements.complete_handoff(statements.Fence.NONE)
+            return Plan(_moved, transition, params, writes=True)
         fence, fence_params = self.ledger.fence(params["session_id"], self.ownership)
         params.update(fence_params)
         after = functools.partial(self.ledger.forget, params["session_id"])

@@ -56,9 +56,12 @@ def require_identifier(name: str, value: object, *, max_length: int = ID_LENGTH)
         raise InvalidInputError(
             f"{name} is {len(value)} characters long; the limit is {max_length}"
         )
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
-        raise InvalidInputError(f"{name} must not contain control characters: {value!r}")
-    _check_encodable(name, value)
+    # str.isprintable() runs in C and is False for every control character and every lone
+    # surrogate, so the per-character checks below run only for the rare ids that need them.
+    if not value.isprintable():
+        if any(unicodedata.category(ch) == "Cc" for ch in value):
+            raise InvalidInputError(f"{name} must not contain control characters: {value!r}")
+        _check_encodable(name, value)
     return value
 
 
