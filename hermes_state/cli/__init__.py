@@ -40,6 +40,7 @@ __all__ = [
     "database_url",
     "main",
     "open_store",
+    "positive_int",
 ]
 
 EXIT_OK: Final = 0
@@ -92,6 +93,17 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = False) -> Session
     from ..store import SessionDB
 
     return SessionDB(url=database_url(args, must_exist=must_exist), actor=CLI_ACTOR)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, not {text!r}")
+    return value
 
 
 def env_flag(name: str) -> bool:

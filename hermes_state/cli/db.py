@@ -9,7 +9,15 @@ from typing import Any
 from .. import schema
 from ..engine import describe, is_sqlite, resolve_url
 from ..errors import InvalidInputError
-from . import EXIT_OK, EXIT_REFUSED, Output, add_json_option, add_option, database_url
+from . import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    Output,
+    add_json_option,
+    add_option,
+    database_url,
+    positive_int,
+)
 
 
 def register(commands: Any) -> None:
@@ -41,9 +49,21 @@ def register(commands: Any) -> None:
         "Streams in batches and commits each, so an interrupted copy resumes when re-run.",
     )
     add_option(copy, "--to", env="HERMES_STATE_COPY_TO", metavar="URL", help="target database")
-    copy.add_argument("--force", action="store_true", help="overwrite target rows that differ")
-    copy.add_argument(
-        "--batch-size", type=int, default=2000, metavar="N", help="rows per batch (default 2000)"
+    add_option(
+        copy,
+        "--force",
+        env="HERMES_STATE_COPY_FORCE",
+        flag=True,
+        help="overwrite target rows that differ",
+    )
+    add_option(
+        copy,
+        "--batch-size",
+        env="HERMES_STATE_COPY_BATCH_SIZE",
+        kind=positive_int,
+        default=2000,
+        metavar="N",
+        help="rows per batch (default 2000)",
     )
     add_json_option(copy)
     copy.set_defaults(command_function=run_copy)

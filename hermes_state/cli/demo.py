@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import HermesStateError
 from ..store import SessionDB
-from . import EXIT_OK, Output
+from . import EXIT_OK, Output, add_option
 
 if TYPE_CHECKING:
     from gateway.run import GatewayRunner
@@ -44,8 +44,12 @@ def register(commands: Any) -> None:
     demo = commands.add_parser(
         "demo", help="show the handoff life cycle on a temporary database (a few seconds)"
     )
-    demo.add_argument(
-        "--keep", action="store_true", help="keep the temporary database and print its path"
+    add_option(
+        demo,
+        "--keep",
+        env="HERMES_STATE_DEMO_KEEP",
+        flag=True,
+        help="keep the temporary database and print its path",
     )
     demo.set_defaults(command_function=run_demo)
 

@@ -51,11 +51,22 @@ def register(commands: Any) -> None:
     show.set_defaults(command_function=run_show)
 
     listing = actions.add_parser("list", help="sessions with a handoff, oldest first")
-    listing.add_argument(
-        "--state", choices=[state.value for state in HandoffState], help="only this state"
+    add_option(
+        listing,
+        "--state",
+        env="HERMES_STATE_LIST_STATE",
+        kind=_state_name,
+        metavar="STATE",
+        help="only this state: " + ", ".join(state.value for state in HandoffState),
     )
-    listing.add_argument(
-        "--limit", type=int, default=200, help="at most this many rows (default 200; 0: all)"
+    add_option(
+        listing,
+        "--limit",
+        env="HERMES_STATE_LIST_LIMIT",
+        kind=_limit,
+        default=200,
+        metavar="N",
+        help="at most this many rows (default 200; 0: all)",
     )
     add_json_option(listing)
     listing.set_defaults(command_function=run_list)
@@ -63,9 +74,11 @@ def register(commands: Any) -> None:
     fail = actions.add_parser("fail", help="mark a pending or running handoff failed")
     fail.add_argument("session_id", metavar="SESSION_ID")
     fail.add_argument("error", metavar="ERROR", help="the reason, shown to the user")
-    fail.add_argument(
+    add_option(
+        fail,
         "--only-pending",
-        action="store_true",
+        env="HERMES_STATE_ONLY_PENDING",
+        flag=True,
         help="refuse when a gateway has already claimed it (what a waiting CLI does)",
     )
     fail.set_defaults(command_function=run_fail)
@@ -76,20 +89,32 @@ def register(commands: Any) -> None:
         description="Fail running handoffs whose gateway is gone: rows without a lease or with "
         "an expired lease. A row under a live lease is left to its gateway unless --all.",
     )
-    reclaim.add_argument(
+    add_option(
+        reclaim,
         "--all",
-        action="store_true",
+        env="HERMES_STATE_RECLAIM_ALL",
+        flag=True,
         help="fail every running handoff, leased or not (only when you know no gateway lives)",
     )
-    reclaim.add_argument(
-        "--dry-run", action="store_true", help="list what would be failed and why; change nothing"
+    add_option(
+        reclaim,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="list what would be failed and why; change nothing",
     )
     add_json_option(reclaim)
     reclaim.set_defaults(command_function=run_reclaim)
 
     retry = actions.add_parser("retry", help="request a failed handoff again")
     retry.add_argument("session_id", metavar="SESSION_ID")
-    retry.add_argument("--platform", help="deliver to this platform instead of the previous one")
+    add_option(
+        retry,
+        "--platform",
+        env="HERMES_STATE_RETRY_PLATFORM",
+        metavar="PLATFORM",
+        help="deliver to this platform instead of the previous one",
+    )
     retry.set_defaults(command_function=run_retry)
 
     history = actions.add_parser("history", help="the audit trail of SESSION_ID, oldest first")
@@ -98,8 +123,13 @@ def register(commands: Any) -> None:
     history.set_defaults(command_function=run_history)
 
     prune = actions.add_parser("prune-events", help="delete audit events older than DAYS")
-    prune.add_argument(
-        "--older-than", type=float, required=True, metavar="DAYS", help="age in days (> 0)"
+    add_option(
+        prune,
+        "--older-than",
+        env="HERMES_STATE_PRUNE_OLDER_THAN",
+        kind=_days,
+        metavar="DAYS",
+        help="age in days (> 0; required)",
     )
     add_json_option(prune)
     prune.set_defaults(command_function=run_prune)
@@ -107,6 +137,33 @@ def register(commands: Any) -> None:
     stats = actions.add_parser("stats", help="counts per state, age of the oldest pending")
     add_json_option(stats)
     stats.set_defaults(command_function=run_stats)
+
+
+def _state_name(text: str) -> str:
+    if text not in {state.value for state in HandoffState}:
+        names = ", ".join(state.value for state in HandoffState)
+        raise argparse.ArgumentTypeError(f"unknown state {text!r}; expected one of {names}")
+    return text
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 (no limit) or more, not {text!r}")
+    return value
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, not {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of days > 0, not {text!r}")
+    return value
 
 
 def _describe(state: Mapping[str, Any]) -> str:
@@ -274,8 +331,8 @@ def run_history(args: argparse.Namespace, out: Output) -> int:
 
 
 def run_prune(args: argparse.Namespace, out: Output) -> int:
-    if not args.older_than > 0 or args.older_than == float("inf"):
-        raise InvalidInputError(f"--older-than must be a number of days > 0, not {args.older_than}")
+    if args.older_than is None:
+        raise InvalidInputError("prune-events needs --older-than DAYS")
     with open_store(args, must_exist=True) as db:
         deleted = db.prune_handoff_events(args.older_than * 86400)
     out.json({"deleted": deleted})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from . import EXIT_OK, Output, add_json_option, open_store
+from . import EXIT_OK, Output, add_json_option, add_option, open_store
 
 
 def register(commands: Any) -> None:
@@ -13,10 +13,15 @@ def register(commands: Any) -> None:
     actions = session.add_subparsers(dest="session_command", metavar="ACTION", required=True)
     create = actions.add_parser("create", help="create a session (an existing one is kept as is)")
     create.add_argument("session_id", metavar="SESSION_ID")
-    create.add_argument(
-        "--source", default="cli", help="interface the session started in (default: cli)"
+    add_option(
+        create,
+        "--source",
+        env="HERMES_STATE_SOURCE",
+        default="cli",
+        metavar="SRC",
+        help="interface the session started in (default: cli)",
     )
-    create.add_argument("--title", default=None, help="a title for people")
+    add_option(create, "--title", env="HERMES_STATE_TITLE", metavar="T", help="a title for people")
     add_json_option(create)
     create.set_defaults(command_function=run_create)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from . import EXIT_OK, Output, add_option, database_url, repeated
+from . import EXIT_OK, Output, add_option, database_url, positive_int, repeated
 
 logger = logging.getLogger("hermes_state.watch")
 
@@ -104,16 +104,6 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, not {text!r}")
-    return value
-
-
 def _profile(text: str) -> tuple[str, Path]:
     name, sep, home = text.partition("=")
     if not sep or not name.strip() or not home.strip():
@@ -191,7 +181,7 @@ def register(commands: Any) -> None:
         watch,
         "--max-concurrency",
         env="HERMES_STATE_MAX_CONCURRENCY",
-        kind=_positive_int,
+        kind=positive_int,
         default=3,
         metavar="N",
         help="deliveries in flight at once; the rest stay pending for other gateways (default 3)",
