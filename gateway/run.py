@@ -117,10 +117,36 @@ def _open_profile_store(home: Path) -> AsyncSessionDB:
         return store
 
 
+class _AbsentProfileStore:
+    """The store of a profile that has no database yet: nothing to reclaim, list or claim.
+
+    Watching a profile must not create its home or its ``state.db``; the first session the
+    profile records creates them.
+    """
+
+    async def reclaim_stale_running_handoffs(self, _error: str) -> list[str]:
+        return []
+
+    async def reclaim_expired_handoffs(self, _error: str) -> list[str]:
+        return []
+
+    async def renew_handoff_leases(self, _session_ids: list[str]) -> list[str]:
+        return []
+
+    async def list_pending_handoffs(self) -> list[Row]:
+        return []
+
+
+def _profile_store_if_present(home: Path) -> Any:
+    if not (home.expanduser() / "state.db").exists():
+        return _AbsentProfileStore()
+    return _open_profile_store(home)
+
+
 @contextlib.asynccontextmanager
 async def _async_profile_runtime_scope(home: Path) -> AsyncIterator[None]:
     """Inside this scope ``runner._session_db`` is the profile's own store."""
-    store = await asyncio.to_thread(_open_profile_store, home)
+    store = await asyncio.to_thread(_profile_store_if_present, home)
     token = _scoped_store.set(store)
     try:
         yield
@@ -130,7 +156,7 @@ async def _async_profile_runtime_scope(home: Path) -> AsyncIterator[None]:
 
 def _profile_has_pending(home: Path) -> bool:
     """The idle gate's probe (blocking). A profile without a database has nothing pending."""
-    if not (home / "state.db").exists():
+    if not (home.expanduser() / "state.db").exists():
         return False
     store = _open_profile_store(home).wrapped
     return bool(store.has_pending_handoffs())  # type: ignore[attr-defined]
@@ -277,6 +303,9 @@ async def _tick(
     for row in await db.list_pending_handoffs():
         key = (profile_name, row["id"])
         if key in in_flight:
+            # Pending again while its last delivery is still finishing (a re-request): look
+            # at it again next tick even if nothing else changes in the database.
+            state.backlog = True
             continue
         if limit is not None and len(in_flight) >= limit:
             state.backlog = True  # left for another gateway, or for a slot freeing up here

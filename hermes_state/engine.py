@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from .errors import DatabaseBusyError, InvalidInputError, InvalidInputTypeError, NotADatabaseError
+from .errors import DatabaseBusyError, InvalidInputError, InvalidInputTypeError
 
 __all__ = [
     "READ_ONLY",
@@ -34,7 +34,6 @@ __all__ = [
 
 ENV_URL: Final = "HERMES_STATE_URL"
 ENV_HOME: Final = "HERMES_HOME"
-SQLITE_HEADER: Final = b"SQLite format 3\x00"
 # SQLite's own wait for a lock, per attempt; Patience retries attempts with jitter beyond it.
 BUSY_TIMEOUT_MS: Final = 250
 # Transitions compare the rows an INSERT ... SELECT recorded with the rows the UPDATE changed;
@@ -136,26 +135,22 @@ def describe(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def _check_sqlite_file(url: URL) -> None:
-    """Refuse a file that is not SQLite before SQLite touches it, and create missing folders."""
+def _prepare_sqlite_path(url: URL) -> None:
+    """Refuse a directory, and create the file's missing folders.
+
+    The file itself is never opened from Python: closing any descriptor of a database file
+    drops every POSIX lock this process holds on it, including those of live SQLite
+    connections, after which another process may delete the WAL under them. SQLite reports a
+    file that is not a database itself ("file is not a database", translated to
+    NotADatabaseError), reading only its header, before writing anything.
+    """
     assert url.database is not None
     path = Path(url.database)
     if path.is_dir():
         raise InvalidInputError(
             f"{path} is a directory; give the path of a database file inside it"
         )
-    if path.exists():
-        try:
-            with path.open("rb") as handle:
-                header = handle.read(len(SQLITE_HEADER))
-        except PermissionError:
-            return  # SQLite reports the permission problem with its own, clearer message
-        if header and header != SQLITE_HEADER:
-            raise NotADatabaseError(
-                f"{path} is not an SQLite database; it was not modified. "
-                "Point hermes-state at another file with --url or HERMES_STATE_URL."
-            )
-    else:
+    if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
 
 
@@ -192,7 +187,7 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True) -> Engine:
             raise InvalidInputError(
                 f"SQLite {sqlite3.sqlite_version} is too old; hermes-state needs 3.35 or newer"
             )
-        _check_sqlite_file(url)
+        _prepare_sqlite_path(url)
         # Threads keep their connection for good (see store.py), so the pool must never run dry.
         engine = create_engine(
             url, pool_size=5, max_overflow=-1, execution_options=_EXECUTION_OPTIONS
@@ -211,7 +206,7 @@ def make_async_engine(url: URL) -> AsyncEngine:
     """An asyncio engine for the same database, on the matching async driver."""
     async_url = with_driver(url, asyncio=True)
     if is_sqlite(url):
-        _check_sqlite_file(url)
+        _prepare_sqlite_path(url)
         engine = create_async_engine(async_url, execution_options=_EXECUTION_OPTIONS)
         _install_sqlite_listeners(engine.sync_engine, enforce_foreign_keys=True)
         return engine

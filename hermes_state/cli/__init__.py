@@ -132,12 +132,14 @@ def add_option(
         parser.add_argument(*flags, action="store_true", default=env_flag(env), help=help_text)
         return
     if repeatable:
-        from_env = [item for item in (raw or "").split(",") if item.strip()]
-        initial = [kind(item) for item in from_env] if from_env else list(default or [])
+        # Converted when the command runs (``repeated``), so a malformed variable only
+        # affects the command that reads it, as bad input.
+        from_env = [item.strip() for item in (raw or "").split(",") if item.strip()]
         parser.add_argument(
             *flags, action="append", type=kind, default=None, help=help_text, metavar=metavar
         )
-        parser.set_defaults(**{_dest(flags): None, f"_{_dest(flags)}_env": initial})
+        name = _dest(flags)
+        parser.set_defaults(**{f"_{name}_env": (env, from_env, kind)})
         return
     value = default
     if raw is not None and raw.strip():
@@ -153,7 +155,13 @@ def _dest(flags: Sequence[str]) -> str:
 def repeated(args: argparse.Namespace, name: str) -> list[Any]:
     """A repeatable option's values: the flags when given, else the environment's list."""
     given = getattr(args, name, None)
-    return list(given) if given is not None else list(getattr(args, f"_{name}_env", []))
+    if given is not None:
+        return list(given)
+    env, raw_items, kind = getattr(args, f"_{name}_env", (None, [], str))
+    try:
+        return [kind(item) for item in raw_items]
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise InvalidInputError(f"{env}: {exc}") from None
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -189,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_request:  # argparse: --help (0) or a usage error (2)
         return int(exit_request.code or 0) if isinstance(exit_request.code, int | None) else 2
-    except (ValueError, TypeError) as exc:  # a malformed environment value
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:  # a malformed variable
         print(f"hermes-state: {exc}", file=stderr)
         return EXIT_BAD_INPUT
     logging.basicConfig(

@@ -28,6 +28,7 @@ TRANSCRIPTS = {
     "bravo": [("user", "Remind me to water the plants at six.")],
     "charlie": [("user", "Draft a reply to the landlord."), ("assistant", "Dear landlord...")],
 }
+DEMO_OWNER = "demo-gateway"
 PLATFORMS = {"alpha": "telegram", "bravo": "discord", "charlie": "slack"}
 
 # The first gateway's delivery command: alpha arrives, bravo is refused by the platform, and
@@ -123,6 +124,7 @@ def run_demo(args: argparse.Namespace, out: Output) -> int:
         out.line("\n6. The user re-runs /handoff; the second gateway delivers it.")
         db.request_handoff("charlie", "slack")
         asyncio.run(runner.run(ticks=1))
+        asyncio.run(runner.close())
         _table(db, out)
         out.line(f"   delivered by the second gateway: {', '.join(delivered)}")
         out.line(
@@ -145,6 +147,8 @@ def _start_gateway(path: Path, pid_file: Path) -> subprocess.Popen[bytes]:
         "--url",
         str(path),
         "watch",
+        "--owner",
+        DEMO_OWNER,
         "--interval",
         "0.1",
         "--exec",
@@ -169,7 +173,10 @@ def _second_gateway(db: SessionDB, delivered: list[str]) -> GatewayRunner:
     async def deliver(row: Mapping[str, Any], profile_name: str | None) -> None:
         delivered.append(str(row["id"]))
 
-    return GatewayRunner(db, deliver, interval=0.05, drain_timeout=5.0)
+    # The same owner as the crashed gateway: a restarted gateway recognises its own dead
+    # claims and fails them at once, without waiting for their lease to expire.
+    store = SessionDB(url=db.url, owner=DEMO_OWNER, lease_seconds=60)
+    return GatewayRunner(store, deliver, interval=0.05, drain_timeout=5.0)
 
 
 __all__ = ["register", "run_demo"]
