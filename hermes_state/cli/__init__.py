@@ -38,9 +38,11 @@ __all__ = [
     "add_json_option",
     "add_option",
     "database_url",
+    "finite_number",
     "main",
     "open_store",
     "positive_int",
+    "whole_number",
 ]
 
 EXIT_OK: Final = 0
@@ -95,15 +97,38 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = False) -> Session
     return SessionDB(url=database_url(args, must_exist=must_exist), actor=CLI_ACTOR)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, not {text!r}")
-    return value
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected at least {minimum}, not {text!r}")
+        return value
+
+    return parse
+
+
+def finite_number(unit: str, *, allow_zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of ``unit`` that is > 0 (or >= 0 with allow_zero)."""
+    bound = ">= 0" if allow_zero else "> 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a number of {unit} {bound}, not {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = whole_number(1)
 
 
 def env_flag(name: str) -> bool:

@@ -11,7 +11,16 @@ from ..errors import InvalidInputError
 from ..models import HandoffState
 from ..repository import STRANDED_ERROR
 from ..store import SessionDB
-from . import EXIT_OK, EXIT_REFUSED, Output, add_json_option, add_option, open_store
+from . import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    Output,
+    add_json_option,
+    add_option,
+    finite_number,
+    open_store,
+    whole_number,
+)
 
 # The waiting CLI's patience (seconds). A request nobody claims within PENDING_PATIENCE is
 # failed (only while still pending); a claimed one is never failed by the waiter.
@@ -63,7 +72,7 @@ def register(commands: Any) -> None:
         listing,
         "--limit",
         env="HERMES_STATE_LIST_LIMIT",
-        kind=_limit,
+        kind=whole_number(0),
         default=200,
         metavar="N",
         help="at most this many rows (default 200; 0: all)",
@@ -127,7 +136,7 @@ def register(commands: Any) -> None:
         prune,
         "--older-than",
         env="HERMES_STATE_PRUNE_OLDER_THAN",
-        kind=_days,
+        kind=finite_number("days", allow_zero=False),
         metavar="DAYS",
         help="age in days (> 0; required)",
     )
@@ -144,26 +153,6 @@ def _state_name(text: str) -> str:
         names = ", ".join(state.value for state in HandoffState)
         raise argparse.ArgumentTypeError(f"unknown state {text!r}; expected one of {names}")
     return text
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 (no limit) or more, not {text!r}")
-    return value
-
-
-def _days(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of days, not {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of days > 0, not {text!r}")
-    return value
 
 
 def _describe(state: Mapping[str, Any]) -> str:

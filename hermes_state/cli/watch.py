@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from . import EXIT_OK, Output, add_option, database_url, positive_int, repeated
+from . import EXIT_OK, Output, add_option, database_url, finite_number, positive_int, repeated
 
 logger = logging.getLogger("hermes_state.watch")
 
-STDERR_TAIL: Final = 400  # characters of a failed command's stderr kept as the handoff error
+STDERR_TAIL: Final = 400
+SECONDS = finite_number("seconds", allow_zero=True)
+POSITIVE_SECONDS = finite_number(
+    "seconds", allow_zero=False
+)  # characters of a failed command's stderr kept as the handoff error
 
 
 class DeliveryFailed(HermesStateError):
@@ -90,20 +94,6 @@ def load_handler(spec: str) -> Any:
     return in_thread
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, not {text!r}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, not {text!r}")
-    return value
-
-
 def _profile(text: str) -> tuple[str, Path]:
     name, sep, home = text.partition("=")
     if not sep or not name.strip() or not home.strip():
@@ -136,7 +126,7 @@ def register(commands: Any) -> None:
         watch,
         "--interval",
         env="HERMES_STATE_WATCH_INTERVAL",
-        kind=_seconds,
+        kind=SECONDS,
         default=2.0,
         metavar="S",
         help="seconds between polls (default 2)",
@@ -145,7 +135,7 @@ def register(commands: Any) -> None:
         watch,
         "--drain-timeout",
         env="HERMES_STATE_DRAIN_TIMEOUT",
-        kind=_seconds,
+        kind=SECONDS,
         default=30.0,
         metavar="S",
         help="on stop, seconds to wait for deliveries in flight (default 30)",
@@ -171,7 +161,7 @@ def register(commands: Any) -> None:
         watch,
         "--lease-seconds",
         env="HERMES_STATE_LEASE_SECONDS",
-        kind=_positive_seconds,
+        kind=POSITIVE_SECONDS,
         default=60.0,
         metavar="S",
         help="how long a claim holds without renewal (renewed every third); another gateway "
