@@ -18,7 +18,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .engine import READ_ONLY, is_sqlite, make_async_engine
-from .execution import WriteConnection, next_retry_delay, outcome_of, raise_translated
+from .errors import raise_translated
+from .execution import WriteConnection, next_retry_delay, outcome_of
 from .repository import Body, Plan, Row
 from .schema import bring_current, current_revision
 from .statements import Capabilities, ReclaimScope

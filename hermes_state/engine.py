@@ -95,7 +95,7 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
                 "every connection would see its own empty database)"
             )
         path = Path(target).expanduser()
-        return URL.create("sqlite", database=str(path.absolute()))
+        return URL.create("sqlite", database=str(path.resolve()))
     else:
         raise InvalidInputTypeError(f"expected a database URL or path, not {type(target).__name__}")
     backend, _, driver = url.drivername.partition("+")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from typing import Final
 
 __all__ = [
@@ -19,7 +21,9 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "is_retryable",
+    "raise_translated",
     "translate",
+    "translated",
 ]
 
 
@@ -175,3 +179,20 @@ def _looks_like_database_error(exc: BaseException, driver: BaseException) -> boo
     return any(
         name in module for name in ("sqlalchemy", "psycopg", "asyncpg", "pymysql", "aiomysql")
     )
+
+
+def raise_translated(exc: BaseException, where: str) -> None:
+    """Re-raise a database error as the package's own exception; leave anything else alone."""
+    error = translate(exc, where=where)
+    if error is not None and error is not exc:
+        raise error from exc
+
+
+@contextlib.contextmanager
+def translated(where: str) -> Iterator[None]:
+    """Database errors raised inside become the package's own, naming ``where``."""
+    try:
+        yield
+    except Exception as exc:
+        raise_translated(exc, where)
+        raise

@@ -30,7 +30,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
 from .engine import READ_ONLY, Patience
-from .errors import DatabaseBusyError, DatabaseError, is_retryable, translate
+from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated
 from .repository import Body, Outcome, Plan, Step
 from .statements import Capabilities
 
@@ -42,7 +42,6 @@ __all__ = [
     "drive",
     "next_retry_delay",
     "outcome_of",
-    "raise_translated",
 ]
 
 T = TypeVar("T")
@@ -77,13 +76,6 @@ def outcome_of(result: CursorResult[Any], step: Step) -> Outcome:
     rows = [dict(row) for row in result.mappings()] if result.returns_rows else []
     lastrowid = result.lastrowid if step.wants_lastrowid else None
     return Outcome(rowcount=rowcount, rows=rows, lastrowid=lastrowid)
-
-
-def raise_translated(exc: BaseException, where: str) -> None:
-    """Re-raise a database error as the package's own exception; leave anything else alone."""
-    error = translate(exc, where=where)
-    if error is not None and error is not exc:
-        raise error from exc
 
 
 def next_retry_delay(exc: Exception, delays: Iterator[float], where: str) -> float:

@@ -17,7 +17,7 @@ from typing import Any, Final
 from sqlalchemy import Column, Connection, Table, func, select, text
 
 from .engine import READ_ONLY, describe, is_sqlite, make_engine
-from .errors import HermesStateError, InvalidInputError
+from .errors import HermesStateError, InvalidInputError, translated
 from .models import handoff_events, messages, sessions
 from .notify import database_key
 from .schema import ensure_current
@@ -78,17 +78,20 @@ def copy_database(
     if database_key(source_url) == database_key(target_url):
         raise InvalidInputError(f"{describe(source_url)} is both the source and the target")
     source, target = make_engine(source_url), make_engine(target_url)
+    where = f"the copy from {describe(source_url)} to {describe(target_url)}"
     try:
         for engine in (source, target):
             ensure_current(engine, auto_upgrade=is_sqlite(engine.url))
-        with source.connect() as reading, target.connect() as writing:
+        with translated(where), source.connect() as reading, target.connect() as writing:
             reading.execution_options(**{READ_ONLY: True})
             if not force:
                 _refuse_conflicts(reading, writing, batch_size)
-            reports = [
-                _copy_table(table, reading, writing, batch_size, force, progress)
-                for table in COPIED_TABLES
-            ]
+            reports = []
+            for table in COPIED_TABLES:
+                with translated(f"{where} (table {table.name})"):
+                    reports.append(
+                        _copy_table(table, reading, writing, batch_size, force, progress)
+                    )
             _advance_sequences(writing)
             for table_report, table in zip(reports, COPIED_TABLES, strict=True):
                 table_report.target_rows = _count(writing, table)

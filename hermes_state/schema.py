@@ -19,11 +19,10 @@ from sqlalchemy import Connection, Engine, inspect, text
 
 from .engine import READ_ONLY, describe, make_engine
 from .errors import (
-    HermesStateError,
     InvalidInputError,
     SchemaOutOfDateError,
     SchemaTooNewError,
-    translate,
+    translated,
 )
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ def current_revision(connection: Connection) -> str | None:
 
 def ensure_current(engine: Engine, *, auto_upgrade: bool) -> None:
     """Bring an embedded database to head, or refuse a server database that is behind."""
-    with _translated(describe(engine.url)), engine.connect() as connection:
+    with translated(describe(engine.url)), engine.connect() as connection:
         connection.execution_options(**{READ_ONLY: True})
         revision = current_revision(connection)
         connection.rollback()
@@ -103,19 +102,6 @@ def _too_new(where: str, revision: str) -> SchemaTooNewError:
         f"{where} is at revision {revision!r}, which this hermes-state does not know; "
         "it was migrated by a newer version: upgrade hermes-state"
     )
-
-
-@contextlib.contextmanager
-def _translated(where: str) -> Iterator[None]:
-    try:
-        yield
-    except (HermesStateError, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        error = translate(exc, where=where)
-        if error is None:
-            raise
-        raise error from exc
 
 
 # -- Alembic, imported lazily ------------------------------------------------------------------
@@ -146,7 +132,7 @@ def migration_connection(url: URL, *, read_only: bool = False) -> Iterator[Conne
     """A connection for migrations; foreign keys off on SQLite so table rebuilds cascade nothing."""
     engine = make_engine(url, enforce_foreign_keys=False)
     try:
-        with _translated(describe(url)), engine.connect() as connection:
+        with translated(describe(url)), engine.connect() as connection:
             connection.execution_options(**{READ_ONLY: read_only})
             yield connection
     finally:

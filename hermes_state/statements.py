@@ -499,6 +499,6 @@ def count_handoffs_by_state() -> Select[tuple[str | None, int]]:
 
 @functools.cache
 def oldest_pending_requested_at() -> Select[tuple[float | None]]:
-    return select(func.min(_c.handoff_requested_at).label("requested_at")).where(
-        state_is(HandoffState.PENDING)
-    )
+    # Older writers leave handoff_requested_at NULL: their session's start stands in.
+    requested = func.coalesce(_c.handoff_requested_at, _c.started_at)
+    return select(func.min(requested).label("requested_at")).where(state_is(HandoffState.PENDING))

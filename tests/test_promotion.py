@@ -1,0 +1,576 @@
+"""Promotion: ``hermes-state db copy --to URL`` and ``promotion.copy_database``.
+
+A SQLite source with sessions in every handoff state, owners and leases, transcripts and an
+audit trail is copied to PostgreSQL (and to SQLite, and to MariaDB when configured); the copied
+tables are compared row by row (modelled columns, ordered by primary key) between source and
+target. A second run copies nothing; a copy killed half way (a real process, SIGKILL) resumes
+when run again; a target row that differs stops the copy before anything is written unless
+``--force``. Memory boundedness is measured in ``bench/``, not here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import NullPool
+
+from hermes_state import SessionDB, schema
+from hermes_state.cli import main
+from hermes_state.models import handoff_events, messages, sessions
+from hermes_state.promotion import COPIED_TABLES, CopyConflictError, copy_database
+from tests.conftest import sqlite_url, throwaway_database
+from tests.digest import database_digest, forget, sync_url
+from tests.legacy import build_legacy_db
+
+T0 = 1_700_000_000.0
+PREVIOUS = "0002_handoff_leases"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    def run(*argv: str) -> Result:
+        capsys.readouterr()
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err, captured.err
+        assert "Traceback" not in captured.out, captured.out
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def url_arg(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        self.now += 0.25  # every call a distinct, exactly representable time
+        return self.now
+
+
+# -- databases -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def target_database(backend: str, folder: Path) -> Iterator[URL]:
+    """An empty database at head: a new SQLite file, or a throwaway server database."""
+    if backend == "sqlite":
+        folder.mkdir()
+        url = sqlite_url(folder)
+        schema.upgrade(url)
+        yield url
+        return
+    with throwaway_database(backend) as url:
+        try:
+            schema.upgrade(url)
+            yield url
+        finally:
+            forget(url)  # the digest's pooled connections, before the database is dropped
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> URL:
+    """A SQLite file with something in every column and state worth copying."""
+    folder = tmp_path / "source"
+    folder.mkdir()
+    url = sqlite_url(folder)
+    populate(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
+    with target_database(request.param, tmp_path / "target") as url:
+        yield url
+
+
+@pytest.fixture
+def pg_target(tmp_path: Path) -> Iterator[URL]:
+    with target_database("postgresql", tmp_path / "target") as url:
+        yield url
+
+
+def populate(url: URL, prefix: str = "") -> None:
+    clock = Clock()
+    with contextlib.ExitStack() as stack:
+        api = stack.enter_context(SessionDB(url=url, clock=clock))
+        gateway = stack.enter_context(
+            SessionDB(url=url, clock=clock, owner="gw-1", lease_seconds=600)
+        )
+        unleased = stack.enter_context(SessionDB(url=url, clock=clock, owner="gw-2"))
+
+        def session(session_id: str, **fields: Any) -> str:
+            sid = prefix + session_id
+            api.create_session(sid, "cli", **fields)
+            api.append_message(sid, "user", f"hello from {sid}")
+            api.append_message(sid, "assistant", f"hi, {sid} ✓")
+            return sid
+
+        session(
+            "never",
+            user_id="u-1",
+            title="A title with 'quotes' and \"double quotes\"",
+            model="model-x",
+            parent_session_id="parent-0",
+            ended_at=T0 + 99.5,
+            end_reason="user quit",
+        )
+        api.append_message(prefix + "never", "tool", None)
+        api.append_message(prefix + "never", "assistant", "long " * 20_000 + "🚀 ünïcödé")
+
+        pending = session("pending")
+        assert api.request_handoff(pending, "telegram")
+
+        leased = session("running-leased")
+        assert api.request_handoff(leased, "discord")
+        assert gateway.claim_handoff(leased)
+
+        owned = session("running-owned")
+        assert api.request_handoff(owned, "slack")
+        assert unleased.claim_handoff(owned)
+
+        anonymous = session("running-anonymous")
+        assert api.request_handoff(anonymous, "telegram")
+        assert api.claim_handoff(anonymous)
+
+        completed = session("completed")
+        assert api.request_handoff(completed, "telegram")
+        assert gateway.claim_handoff(completed)
+        assert gateway.complete_handoff(completed)
+
+        failed = session("failed")
+        assert api.request_handoff(failed, "telegram")
+        assert gateway.claim_handoff(failed)
+        assert gateway.fail_handoff(failed, "the platform said no")
+
+        retried = session("retried")
+        assert api.request_handoff(retried, "telegram")
+        assert api.fail_handoff(retried, "nobody came", only_states=("pending",))
+        assert api.retry_handoff(retried, "discord")
+
+        # Ids that differ only in case are distinct sessions everywhere.
+        session("Mixed-Case")
+        session("mixed-case")
+        session("sess-ü")
+
+
+def add_bulk_sessions(url: URL, count: int) -> None:
+    rows = [
+        {"id": f"bulk-{n:06d}", "source": "bulk", "started_at": T0 + n, "handoff_attempt": 0}
+        for n in range(count)
+    ]
+    with SessionDB(url=url) as db:
+        db._execute_write(lambda conn: conn.execute(sessions.insert(), rows))
+
+
+def _engine(url: URL) -> Any:
+    return create_engine(sync_url(url), poolclass=NullPool)
+
+
+def copied_rows(url: URL) -> dict[str, list[tuple[Any, ...]]]:
+    """Every copied table's rows, modelled columns only, ordered by primary key."""
+    engine = _engine(url)
+    try:
+        with engine.connect() as connection:
+            return {
+                table.name: sorted(
+                    (tuple(row) for row in connection.execute(select(*table.columns))),
+                    key=lambda row: row[0],
+                )
+                for table in COPIED_TABLES
+            }
+    finally:
+        engine.dispose()
+
+
+def rows_digest(url: URL) -> str:
+    return hashlib.sha256(repr(copied_rows(url)).encode()).hexdigest()
+
+
+def count(url: URL, table: Any) -> int:
+    engine = _engine(url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(select(func.count()).select_from(table)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def execute(url: URL, *statements: Any) -> None:
+    engine = _engine(url)
+    try:
+        with engine.begin() as connection:
+            for statement in statements:
+                connection.execute(statement)
+    finally:
+        engine.dispose()
+
+
+def table_reports(result: Result) -> dict[str, dict[str, int]]:
+    return {table["table"]: table for table in result.json()["tables"]}
+
+
+# -- round trip, idempotence, and using the target afterwards ------------------------------------
+
+
+def test_round_trip_then_nothing_more(source: URL, target: URL, cli: Callable[..., Result]) -> None:
+    expected = copied_rows(source)
+    assert {name: len(rows) for name, rows in expected.items()} == {
+        "sessions": 11,
+        "messages": 24,
+        "handoff_events": 16,
+    }
+    source_digest = database_digest(source)
+
+    first = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target), "--json")
+    assert first.code == 0, first.err
+    reports = table_reports(first)
+    assert list(reports) == ["sessions", "messages", "handoff_events"]
+    for name, rows in expected.items():
+        assert reports[name]["source_rows"] == len(rows)
+        assert reports[name]["copied"] == len(rows)
+        assert reports[name]["identical"] == 0
+        assert reports[name]["overwritten"] == 0
+        assert reports[name]["target_rows"] == len(rows)
+    assert copied_rows(target) == expected
+    assert rows_digest(target) == rows_digest(source)
+    assert database_digest(source) == source_digest  # the source is only read
+
+    target_digest = database_digest(target)
+    second = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+    assert second.code == 0, second.err
+    lines = [line for line in second.out.splitlines() if line.startswith("  ")]
+    assert len(lines) == 3
+    for line, (name, rows) in zip(lines, expected.items(), strict=True):
+        assert line.split()[0] == name
+        assert f"{len(rows)} rows: 0 copied, {len(rows)} already there, 0 overwritten" in line
+    assert database_digest(target) == target_digest
+
+    third = copy_database(source, target)
+    assert third.copied == 0
+    assert [(t.table, t.identical, t.target_rows) for t in third.tables] == [
+        (name, len(rows), len(rows)) for name, rows in expected.items()
+    ]
+    assert database_digest(target) == target_digest
+
+    # The target is a working database: new ids follow the copied ones.
+    with SessionDB(url=target) as db:
+        last_message = max(row[0] for row in expected["messages"])
+        last_event = max(row[0] for row in expected["handoff_events"])
+        assert db.append_message("completed", "user", "once more, please") > last_message
+        assert db.request_handoff("completed", "discord") is True
+        assert db.claim_handoff("pending") is True
+        history = db.handoff_history("completed")
+        assert [e["to_state"] for e in history] == ["pending", "running", "completed", "pending"]
+        assert history[-1]["id"] > last_event
+        assert history[-1]["actor"] == "api"
+        assert db.get_messages("completed")[-1]["content"] == "once more, please"
+        assert db.get_handoff_state("running-leased") == {
+            "state": "running",
+            "platform": "discord",
+            "error": None,
+        }
+        db.create_session("born-on-the-target", "cli")
+        assert db.append_message("born-on-the-target", "user", "hi") > last_message + 1
+
+
+def test_copy_reports_progress_batch_by_batch(source: URL, tmp_path: Path) -> None:
+    with target_database("sqlite", tmp_path / "target") as target:
+        calls: list[tuple[str, int, int]] = []
+        report = copy_database(
+            source, target, batch_size=5, progress=lambda *args: calls.append(args)
+        )
+    expected = {"sessions": 11, "messages": 24, "handoff_events": 16}
+    assert report.copied == sum(expected.values())
+    for name, total in expected.items():
+        done = [call[1] for call in calls if call[0] == name]
+        assert done == [*range(5, total, 5), total]
+        assert {call[2] for call in calls if call[0] == name} == {total}
+
+
+def test_copy_leaves_legacy_columns_behind(source: URL, tmp_path: Path) -> None:
+    """An adopted state.db keeps columns older hermes versions made; only modelled ones travel."""
+    engine = _engine(source)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("ALTER TABLE sessions ADD COLUMN legacy_note TEXT")
+            connection.exec_driver_sql("UPDATE sessions SET legacy_note = 'old hermes'")
+    finally:
+        engine.dispose()
+    with target_database("sqlite", tmp_path / "target") as target:
+        copy_database(source, target)
+        assert copied_rows(target) == copied_rows(source)
+
+
+def test_an_adopted_legacy_file_is_promoted(tmp_path: Path, pg_target: URL) -> None:
+    """The real promotion: a state.db older hermes versions wrote, adopted, copied to a server."""
+    legacy = build_legacy_db(tmp_path / "legacy" / "state.db", with_handoff=True)
+    source = sqlite_url(legacy.path.parent)
+    SessionDB(url=source).close()  # adopted in place on open
+    report = copy_database(source, pg_target, batch_size=97)
+    assert copied_rows(pg_target) == copied_rows(source)
+    assert report.tables[0].copied == len(legacy.session_ids)
+    with SessionDB(url=pg_target) as db:
+        for session_id in legacy.ids_in("running")[:1] + legacy.ids_in("failed")[:1]:
+            assert db.get_handoff_state(session_id)["state"] in ("running", "failed")
+        (running, *_) = legacy.ids_in("running")
+        assert db.reclaim_stale_running_handoffs("stranded") == legacy.ids_in("running")
+        assert db.request_handoff(running, "telegram") is True
+
+
+def test_a_transcript_without_its_session_is_reported_cleanly(
+    source: URL, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    engine = _engine(source)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("PRAGMA foreign_keys = OFF")
+            connection.execute(
+                messages.insert().values(
+                    session_id="deleted-long-ago", role="user", content="orphan", timestamp=T0
+                )
+            )
+    finally:
+        engine.dispose()
+    target = tmp_path / "target.db"
+    result = cli("--url", url_arg(source), "db", "copy", "--to", str(target))
+    assert result.code == 1
+    assert "unexpected" not in result.err
+    assert "a bug" not in result.err
+    assert "messages" in result.err
+
+
+# -- interrupted half way, then resumed ---------------------------------------------------------
+
+BULK = 3000
+
+
+def test_a_killed_copy_resumes(source: URL, pg_target: URL, tmp_path: Path) -> None:
+    add_bulk_sessions(source, BULK)
+    total = BULK + 11
+    log = tmp_path / "copy.log"
+    env = {**os.environ, "HERMES_HOME": str(tmp_path / "home")}
+    env.pop("HERMES_STATE_URL", None)
+    command = [
+        sys.executable,
+        "-m",
+        "hermes_state",
+        "--url",
+        url_arg(source),
+        "db",
+        "copy",
+        "--to",
+        url_arg(pg_target),
+        "--batch-size",
+        "1",
+    ]
+    with log.open("wb") as output:
+        copying = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        seen = 0
+        while time.monotonic() < deadline:
+            seen = count(pg_target, sessions)
+            if 0 < seen < total:
+                break
+            if copying.poll() is not None:
+                break
+            time.sleep(0.02)
+        assert copying.poll() is None, (
+            f"the copy ended (exit {copying.returncode}) before it could be interrupted; "
+            f"target had {seen} sessions. Output: {log.read_text()}"
+        )
+        assert 0 < seen < total, f"no partial copy observed within the deadline ({seen})"
+        copying.send_signal(signal.SIGKILL)
+        assert copying.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if copying.poll() is None:
+            copying.kill()
+            copying.wait(timeout=60)
+
+    # Half way: some sessions, not all, no transcript or events yet.
+    interrupted = count(pg_target, sessions)
+    assert seen <= interrupted < total
+    assert count(pg_target, messages) == 0
+    assert count(pg_target, handoff_events) == 0
+
+    resumed = main(["--url", url_arg(source), "db", "copy", "--to", url_arg(pg_target), "--json"])
+    assert resumed == 0
+    assert copied_rows(pg_target) == copied_rows(source)
+    assert rows_digest(pg_target) == rows_digest(source)
+    assert count(pg_target, sessions) == total
+
+    again = copy_database(source, pg_target)
+    sessions_report = again.tables[0]
+    assert again.copied == 0
+    assert sessions_report.identical == total
+
+
+def test_resume_reports_what_was_already_there(
+    source: URL, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A partial target (as a killed copy leaves it): the rest is copied, the rest counted."""
+    with target_database("sqlite", tmp_path / "target") as target:
+        rows = copied_rows(source)["sessions"]
+        names = [column.name for column in sessions.columns]
+        execute(
+            target, sessions.insert().values([dict(zip(names, r, strict=True)) for r in rows[:4]])
+        )
+        result = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target), "--json")
+        assert result.code == 0, result.err
+        report = table_reports(result)["sessions"]
+        assert (report["copied"], report["identical"], report["target_rows"]) == (7, 4, 11)
+        assert copied_rows(target) == copied_rows(source)
+
+
+# -- conflicts ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_differing_row_stops_the_copy_unless_forced(
+    source: URL, tmp_path: Path, cli: Callable[..., Result], backend: str
+) -> None:
+    with target_database(backend, tmp_path / "target") as target:
+        assert cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target)).code == 0
+        # The target drifts: one session edited there, one message lost; the source grows.
+        execute(
+            target,
+            sessions.update().where(sessions.c.id == "never").values(title="edited on the target"),
+            messages.delete().where(messages.c.id == 1),
+        )
+        populate(source, prefix="later-")
+        before = database_digest(target)
+
+        refused = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+        assert refused.code == 1
+        assert "--force" in refused.err
+        assert "sessions 'never'" in refused.err
+        assert refused.out == ""
+        assert database_digest(target) == before  # nothing written, not even the new rows
+        with pytest.raises(CopyConflictError, match="--force"):
+            copy_database(source, target)
+        assert database_digest(target) == before
+
+        forced = cli(
+            "--url", url_arg(source), "db", "copy", "--to", url_arg(target), "--force", "--json"
+        )
+        assert forced.code == 0, forced.err
+        reports = table_reports(forced)
+        assert reports["sessions"]["overwritten"] == 1
+        assert reports["sessions"]["copied"] == 11
+        assert reports["messages"]["copied"] == 1 + 24
+        assert reports["messages"]["overwritten"] == 0
+        assert copied_rows(target) == copied_rows(source)
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("revision", [None, PREVIOUS], ids=["empty", "previous"])
+def test_a_target_behind_head_is_refused(
+    source: URL, cli: Callable[..., Result], revision: str | None
+) -> None:
+    with throwaway_database("postgresql") as target:
+        try:
+            if revision is not None:
+                schema.upgrade(target, revision)
+            before = database_digest(target)
+            result = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+            assert result.code == 1
+            assert "db upgrade" in result.err
+            assert result.out == ""
+            assert schema.revision_of(target) == revision
+            assert database_digest(target) == before
+        finally:
+            forget(target)
+
+
+def test_same_source_and_target_is_bad_input(source: URL, cli: Callable[..., Result]) -> None:
+    path = source.database
+    assert path is not None
+    before = database_digest(source)
+    for spelling in (path, f"sqlite:///{path}", url_arg(source)):
+        result = cli("--url", path, "db", "copy", "--to", spelling)
+        assert result.code == 2, (spelling, result.err)
+        assert "both the source and the target" in result.err
+    assert database_digest(source) == before
+
+
+def test_same_server_database_under_two_drivers_is_bad_input(cli: Callable[..., Result]) -> None:
+    # Refused before connecting, so no server is needed; the password is never printed.
+    result = cli(
+        "--url",
+        "postgresql://ops:s3cret@db.invalid/hermes",
+        "db",
+        "copy",
+        "--to",
+        "postgresql+psycopg://ops:s3cret@db.invalid/hermes",
+    )
+    assert result.code == 2
+    assert "both the source and the target" in result.err
+    assert "s3cret" not in result.err
+
+
+def test_missing_to_is_bad_input(
+    source: URL, tmp_path: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HERMES_STATE_COPY_TO", raising=False)
+    result = cli("--url", url_arg(source), "db", "copy")
+    assert result.code == 2
+    assert "--to" in result.err
+
+    # Its environment twin is a way to give it.
+    elsewhere = tmp_path / "elsewhere" / "state.db"
+    monkeypatch.setenv("HERMES_STATE_COPY_TO", str(elsewhere))
+    given = cli("--url", url_arg(source), "db", "copy")
+    assert given.code == 0, given.err
+    assert copied_rows(sqlite_url(elsewhere.parent)) == copied_rows(source)
+
+
+@pytest.mark.parametrize("size", ["0", "-5", "many"])
+def test_bad_batch_size_is_bad_input(
+    source: URL, tmp_path: Path, cli: Callable[..., Result], size: str
+) -> None:
+    target = tmp_path / "target.db"
+    result = cli("--url", url_arg(source), "db", "copy", "--to", str(target), "--batch-size", size)
+    assert result.code == 2
+    assert not target.exists()
+
+
+def test_a_missing_source_is_refused_and_not_created(
+    tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    missing = tmp_path / "nowhere" / "state.db"
+    result = cli("--url", str(missing), "db", "copy", "--to", str(tmp_path / "target.db"))
+    assert result.code == 1
+    assert "db upgrade" in result.err
+    assert not missing.parent.exists()
+    assert not (tmp_path / "target.db").exists()
