@@ -181,8 +181,11 @@ class ClaimLedger:
         return statements.Fence.CLAIM, {"owner": ownership.owner, "attempt": attempt}
 
     def forget(self, session_id: str, finished: bool) -> bool:
-        with self._lock:
-            self._attempts.pop(session_id, None)
+        """After a finish: a finished claim is over; a refused one stays fenced on its attempt,
+        so a later complete/fail of the same lost claim cannot hit a newer attempt."""
+        if finished:
+            with self._lock:
+                self._attempts.pop(session_id, None)
         return finished
 
     def held(self) -> list[str]:
@@ -471,7 +474,8 @@ class Repository:
         return Plan(_moved, transition, params, writes=True, after=after)
 
     def renew_handoff_leases(self, session_ids: object) -> Plan[list[str]]:
-        ids = require_identifiers("session_ids", session_ids)
+        # In id order, like the row locks a reclaim takes: opposite orders would deadlock.
+        ids = sorted(require_identifiers("session_ids", session_ids))
         ownership = self.ownership
         if ownership is None or ownership.lease_seconds is None or not ids:
             return Plan(_nothing_renewed, writes=False)
