@@ -6,7 +6,6 @@ names that need them.
 
 from __future__ import annotations
 
-import asyncio  # noqa: F401 - the facade offloads via asyncio.to_thread, looked up at call time
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +22,11 @@ from .errors import (
     SchemaOutOfDateError,
     SchemaTooNewError,
 )
-from .facade import AsyncSessionDB
 
 if TYPE_CHECKING:
     from .aio import NativeAsyncSessionDB
     from .engine import default_db_path, resolve_url
+    from .facade import AsyncSessionDB
     from .models import HandoffState
     from .repository import UnknownSessionError
     from .store import SessionDB
@@ -54,6 +53,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AsyncSessionDB": ".facade",
     "SessionDB": ".store",
     "NativeAsyncSessionDB": ".aio",
     "HandoffState": ".models",
@@ -64,6 +64,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "asyncio":
+        # AsyncSessionDB offloads through ``asyncio.to_thread``, looked up at call time, and
+        # callers (tests) reach it as ``hermes_state.asyncio``; imported on first use only.
+        return importlib.import_module("asyncio")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'hermes_state' has no attribute {name!r}")
