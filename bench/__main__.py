@@ -22,8 +22,17 @@ from typing import Final
 import sqlalchemy
 
 from .common import Result, format_table
+from .fixtures import PG_URL_ENVS, cleanup
 
-BENCHMARKS: Final = ("write_path",)
+BENCHMARKS: Final = (
+    "write_path",
+    "poll_cost",
+    "loop_lag",
+    "claims",
+    "wakeup",
+    "open_cost",
+    "copy_memory",
+)
 
 Runner = Callable[[bool], list[Result]]
 
@@ -41,7 +50,12 @@ def _environment() -> dict[str, str]:
         "sqlite": sqlite3.sqlite_version,
         "sqlalchemy": sqlalchemy.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
+        "load": _load_average(),
     }
+
+
+def _load_average() -> str:
+    return "/".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,16 +69,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    parser.add_argument(
+        "--pg-url",
+        metavar="URL",
+        help="also measure on this PostgreSQL server (benchmarks create and drop databases "
+        f"on it); env: {PG_URL_ENVS[0]}, else {PG_URL_ENVS[1]}; without one, PostgreSQL "
+        "cases are skipped",
+    )
     args = parser.parse_args(argv)
+    if args.pg_url:
+        os.environ[PG_URL_ENVS[0]] = args.pg_url
 
     environment = _environment()
     print(" · ".join(f"{key} {value}" for key, value in environment.items()), flush=True)
     results: list[Result] = []
-    for name in args.only or BENCHMARKS:
-        started = time.perf_counter()
-        print(f"running {name}{' (quick)' if args.quick else ''} ...", flush=True, file=sys.stderr)
-        results.extend(_load(name)(args.quick))
-        print(f"  {name}: {time.perf_counter() - started:.1f} s", flush=True, file=sys.stderr)
+    began = time.perf_counter()
+    try:
+        for name in args.only or BENCHMARKS:
+            started = time.perf_counter()
+            quick = " (quick)" if args.quick else ""
+            print(f"running {name}{quick} ...", flush=True, file=sys.stderr)
+            results.extend(_load(name)(args.quick))
+            print(f"  {name}: {time.perf_counter() - started:.1f} s", flush=True, file=sys.stderr)
+    except BaseException:
+        if results:  # what was measured before the failure is still worth seeing
+            print(format_table(results), flush=True)
+        raise
+    finally:
+        cleanup()  # the large fixtures of this run
+    elapsed = time.perf_counter() - began
+    print(f"all: {elapsed:.1f} s, load average now {_load_average()}", flush=True, file=sys.stderr)
 
     print(format_table(results))
     if args.json is not None:

@@ -23,9 +23,12 @@ __all__ = [
     "BenchmarkError",
     "Result",
     "Samples",
+    "format_bytes",
     "format_seconds",
     "format_table",
+    "format_value",
     "interleaved",
+    "interleaved_counts",
     "percentile",
     "summarize",
 ]
@@ -46,9 +49,12 @@ class Result:
 
     ``ratio`` is the contender's median per-operation time over the baseline's median;
     ``ratio_min`` compares the fastest rounds (the least disturbed by other load);
-    ``ratio_paired`` is the median, over rounds, of the ratio within each round.
+    ``ratio_paired`` is the median, over rounds, of the ratio within each round (NaN when the
+    contender's samples are not in step with the baseline's).
     ``limit``, when set, is the ratio the contender is required to stay within; the verdict
     uses ``ratio_paired``, the statistic least moved by load that comes and goes between rounds.
+    ``unit`` says what the three values are: seconds (``"s"``, the default) or bytes (``"B"``,
+    e.g. a peak RSS). ``note`` carries what the columns cannot (a rate, a query plan, p99).
     """
 
     benchmark: str
@@ -64,6 +70,8 @@ class Result:
     rounds: int
     ops_per_round: int
     limit: float | None = None
+    unit: str = "s"
+    note: str = ""
 
     @property
     def is_baseline(self) -> bool:
@@ -76,7 +84,12 @@ class Result:
         return "ok" if self.ratio_paired <= self.limit else "OVER"
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "verdict": self.verdict}
+        """The fields for JSON (an undefined ratio as None) and the verdict."""
+        fields = {
+            key: None if isinstance(value, float) and math.isnan(value) else value
+            for key, value in asdict(self).items()
+        }
+        return {**fields, "verdict": self.verdict}
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -122,6 +135,22 @@ def interleaved(
     return samples
 
 
+def interleaved_counts(
+    contenders: Mapping[str, tuple[Callable[[], None], int]],
+    *,
+    rounds: int,
+    warmup: int,
+) -> dict[str, Samples]:
+    """Like :func:`interleaved` for one phase whose contenders do different numbers of
+    operations per batch (a 60 ms full scan beside a 50 µs indexed read): ``{name: (batch,
+    operations it does)}``. Returns per-operation seconds of each round per contender."""
+    phases = {"only": {name: batch for name, (batch, _count) in contenders.items()}}
+    samples = interleaved(phases, rounds=rounds, warmup=warmup, ops_per_round=1)["only"]
+    return {
+        name: [value / contenders[name][1] for value in values] for name, values in samples.items()
+    }
+
+
 def summarize(
     benchmark: str,
     case: str,
@@ -130,8 +159,14 @@ def summarize(
     baseline: str,
     ops_per_round: int,
     limits: Mapping[str, float] | None = None,
+    unit: str = "s",
+    notes: Mapping[str, str] | None = None,
 ) -> list[Result]:
-    """One :class:`Result` per contender (the baseline first), ratios against ``baseline``."""
+    """One :class:`Result` per contender (the baseline first), ratios against ``baseline``.
+
+    ``samples`` need not be timings: any per-round statistic in ``unit`` (a round's p99 lag,
+    a process's peak RSS) is summarized the same way. ``notes`` go to the note column.
+    """
     base = samples[baseline]
     base_median = statistics.median(base)
     base_min = min(base)
@@ -152,15 +187,23 @@ def summarize(
                 min_s=fastest,
                 ratio=median / base_median,
                 ratio_min=fastest / base_min,
-                ratio_paired=statistics.median(
-                    own / theirs for own, theirs in zip(values, base, strict=True)
-                ),
+                ratio_paired=_paired(values, base),
                 rounds=len(values),
                 ops_per_round=ops_per_round,
                 limit=(limits or {}).get(name),
+                unit=unit,
+                note=(notes or {}).get(name, ""),
             )
         )
     return results
+
+
+def _paired(values: Samples, base: Samples) -> float:
+    """Median of per-round ratios; NaN when the samples are not rounds in step (e.g. the
+    latencies of two differently sized sets of requests)."""
+    if len(values) != len(base):
+        return math.nan
+    return statistics.median(own / theirs for own, theirs in zip(values, base, strict=True))
 
 
 def format_seconds(seconds: float) -> str:
@@ -173,9 +216,35 @@ def format_seconds(seconds: float) -> str:
     return f"{value:.{decimals}f} {unit}"
 
 
+def format_bytes(size: float) -> str:
+    """A size in MiB (or KiB below one MiB), with three significant digits or more."""
+    value, unit = (size / 2**20, "MiB") if size >= 2**20 else (size / 2**10, "KiB")
+    decimals = 2 if value < 10 else 1 if value < 100 else 0
+    return f"{value:.{decimals}f} {unit}"
+
+
+def format_value(value: float, unit: str) -> str:
+    """A value of a :class:`Result`'s unit: seconds or bytes."""
+    if unit == "B":
+        return format_bytes(value)
+    if unit == "s":
+        return format_seconds(value)
+    raise ValueError(f"unknown unit {unit!r}")
+
+
+def _format_ratio(ratio: float) -> str:
+    """Two decimals; two significant digits below 0.1 (``0.0021x``, not ``0.00x``)."""
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+
+
 def format_table(results: Iterable[Result]) -> str:
-    """A Markdown table of results, one row per contender, a case's baseline on its first row."""
-    header = (
+    """A Markdown table of results, one row per contender, a case's baseline on its first row.
+
+    A ``note`` column is added when any result has a note.
+    """
+    results = list(results)
+    with_notes = any(result.note for result in results)
+    header: tuple[str, ...] = (
         "benchmark",
         "case",
         "contender",
@@ -187,26 +256,28 @@ def format_table(results: Iterable[Result]) -> str:
         "min ratio",
         "limit",
     )
+    if with_notes:
+        header = (*header, "note")
     rows: list[tuple[str, ...]] = [header]
     for result in results:
         limit = f"≤{result.limit:g}x {result.verdict}" if result.limit is not None else ""
-        ratio = "baseline" if result.is_baseline else f"{result.ratio:.2f}x"
-        paired = "" if result.is_baseline else f"{result.ratio_paired:.2f}x"
-        ratio_min = "" if result.is_baseline else f"{result.ratio_min:.2f}x"
-        rows.append(
-            (
-                result.benchmark,
-                result.case,
-                result.contender,
-                format_seconds(result.median_s),
-                format_seconds(result.p90_s),
-                format_seconds(result.min_s),
-                ratio,
-                paired,
-                ratio_min,
-                limit,
-            )
+        ratio = "baseline" if result.is_baseline else _format_ratio(result.ratio)
+        unpaired = result.is_baseline or math.isnan(result.ratio_paired)
+        paired = "" if unpaired else _format_ratio(result.ratio_paired)
+        ratio_min = "" if result.is_baseline else _format_ratio(result.ratio_min)
+        row = (
+            result.benchmark,
+            result.case,
+            result.contender,
+            format_value(result.median_s, result.unit),
+            format_value(result.p90_s, result.unit),
+            format_value(result.min_s, result.unit),
+            ratio,
+            paired,
+            ratio_min,
+            limit,
         )
+        rows.append((*row, result.note) if with_notes else row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     numeric = {3, 4, 5, 6, 7, 8}
 

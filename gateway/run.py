@@ -300,7 +300,11 @@ async def _tick(
             return
         state.change_token = token
     state.backlog = False
-    for row in await db.list_pending_handoffs():
+    rows = await _pending_rows(db, limit)
+    if limit is not None and len(rows) >= limit:
+        state.backlog = True  # the listing was cut short: look again next tick
+    raced = False
+    for row in rows:
         key = (profile_name, row["id"])
         if key in in_flight:
             # Pending again while its last delivery is still finishing (a re-request): look
@@ -311,6 +315,7 @@ async def _tick(
             state.backlog = True  # left for another gateway, or for a slot freeing up here
             break
         if not await db.claim_handoff(row["id"]):
+            raced = True
             continue  # another gateway (or a waiter's fail) got there first
         logger.info(
             "claimed %s for %s (%s)", row["id"], row.get("handoff_platform"), profile_name or "root"
@@ -318,6 +323,25 @@ async def _tick(
         task = asyncio.ensure_future(_deliver(runner, db, row, profile_name))
         in_flight[key] = task
         task.add_done_callback(functools.partial(_forget, runner, in_flight, key))
+    if raced and state.backlog and limit is not None and len(in_flight) < limit:
+        wakeup = getattr(runner, "_handoff_wakeup", None)
+        if wakeup is not None:
+            wakeup.set()  # lost races on a cut-short listing: list again now, not next interval
+
+
+async def _pending_rows(db: Any, limit: int | None) -> list[Row]:
+    """The pending rows a tick may claim, oldest first: at most ``limit`` when there is one.
+
+    A tick claims at most ``limit - len(in_flight)`` rows and skips at most ``len(in_flight)``
+    listed ones (re-requested while in flight), so ``limit`` rows are enough; listing the
+    whole backlog every tick would cost O(pending) per claim, in a worker thread that holds
+    the GIL while it builds the rows (the event loop's lag grows with the backlog). Stores
+    without ``list_handoffs`` (the founding tests' stand-ins) list everything.
+    """
+    lister = getattr(db, "list_handoffs", None)
+    if limit is None or lister is None:
+        return list(await db.list_pending_handoffs())
+    return list(await lister("pending", limit=limit))
 
 
 def _forget(

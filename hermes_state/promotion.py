@@ -84,6 +84,8 @@ def copy_database(
             ensure_current(engine, auto_upgrade=is_sqlite(engine.url))
         with translated(where), source.connect() as reading, target.connect() as writing:
             reading.execution_options(**{READ_ONLY: True})
+            for table in COPIED_TABLES:
+                _analyze(writing, table)  # the key lookups below need fresh statistics
             if not force:
                 _refuse_conflicts(reading, writing, batch_size)
             reports = []
@@ -167,6 +169,8 @@ def _copy_table(
     reading.rollback()
     key = _key(table)
     names = [column.name for column in table.columns]
+    analyzed_at = _count(writing, table)
+    writing.rollback()
     for rows in _batches(reading, table, batch_size):
         present = _existing(writing, table, [row._mapping[key.name] for row in rows])
         fresh, changed = [], []
@@ -190,9 +194,25 @@ def _copy_table(
         report.source_rows += len(rows)
         report.copied += len(fresh)
         report.overwritten += len(changed)
+        grown = analyzed_at + report.copied
+        if grown >= 2 * max(analyzed_at, batch_size):  # doubled: O(log n) ANALYZEs in all
+            _analyze(writing, table)
+            analyzed_at = grown
         if progress is not None:
             progress(table.name, report.source_rows, total)
     return report
+
+
+def _analyze(writing: Connection, table: Table) -> None:
+    """Fresh planner statistics for a growing target table (PostgreSQL).
+
+    Without them PostgreSQL plans the per-batch key lookup (``_existing``) for an empty table,
+    a sequential scan; psycopg prepares the statement after five runs and the generic plan
+    keeps scanning while the table grows: each batch then costs O(rows copied so far).
+    """
+    if writing.dialect.name == "postgresql":
+        writing.execute(text(f"ANALYZE {table.name}"))
+        writing.commit()
 
 
 def _count(connection: Connection, table: Table) -> int:

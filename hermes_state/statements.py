@@ -235,6 +235,7 @@ def _transition(
     *,
     detail: ColumnElement[Any] | None = None,
     attempt: ColumnElement[Any] | None = None,
+    skip_locked: bool = False,
 ) -> Transition:
     source = (
         select(
@@ -247,7 +248,7 @@ def _transition(
             detail if detail is not None else null(),
         )
         .where(condition)
-        .with_for_update()
+        .with_for_update(skip_locked=skip_locked)
     )
     record = handoff_events.insert().from_select(EVENT_COLUMNS, source)
     return Transition(record, sessions.update().where(condition).values(**values))
@@ -297,6 +298,9 @@ def claim_handoff(returning: bool) -> Transition:
 
     Stamps the claimer's ``:owner`` and ``:lease_expires_at`` (both may be NULL) and counts the
     attempt, returned by ``apply`` where the dialect can (else read with :func:`claimed_attempt`).
+    A row another transaction has locked is skipped (``SKIP LOCKED`` on servers): its claimer
+    loses at once instead of queueing behind the winner, which is what lets several gateways
+    claim in parallel.
     """
     transition = _transition(
         HandoffState.RUNNING,
@@ -309,6 +313,7 @@ def claim_handoff(returning: bool) -> Transition:
             "handoff_attempt": _c.handoff_attempt + 1,
         },
         attempt=_c.handoff_attempt + 1,
+        skip_locked=True,
     )
     if not returning:
         return transition

@@ -63,6 +63,12 @@ class CountingStore(SessionDB):
         self.listings += 1
         return rows
 
+    def list_handoffs(self, state: str | None = None, *, limit: int | None = None) -> Any:
+        rows = super().list_handoffs(state, limit=limit)
+        if state == "pending":
+            self.listings += 1
+        return rows
+
     def handoff_change_token(self) -> int | None:
         token = super().handoff_change_token()
         self.tokens += 1
