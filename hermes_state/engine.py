@@ -10,13 +10,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .errors import DatabaseBusyError, InvalidInputError, InvalidInputTypeError
 
@@ -204,6 +206,8 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True) -> Engine:
 
 def make_async_engine(url: URL) -> AsyncEngine:
     """An asyncio engine for the same database, on the matching async driver."""
+    from sqlalchemy.ext.asyncio import create_async_engine  # only asyncio users pay for it
+
     async_url = with_driver(url, asyncio=True)
     if is_sqlite(url):
         _prepare_sqlite_path(url)

@@ -38,7 +38,6 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from .models import REQUESTABLE_STATES, HandoffState, handoff_events, messages, sessions
 
@@ -129,13 +128,20 @@ def _state_in(states: Iterable[HandoffState | None]) -> ColumnElement[bool]:
 @functools.cache
 def insert_session(dialect_name: str) -> Insert:
     """Insert a session, leaving an existing row with the same id untouched."""
+    # Each dialect's insert construct is imported only when that dialect is used.
     values: dict[str, Any] = {name: bindparam(name) for name in ("id", "source", *SESSION_FIELDS)}
     if dialect_name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.insert(sessions).values(values).on_conflict_do_nothing(index_elements=["id"])
     if dialect_name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
         stmt = postgresql.insert(sessions).values(values)
         return stmt.on_conflict_do_nothing(index_elements=["id"])
     if dialect_name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
         stmt_my = mysql.insert(sessions).values(values)
         return stmt_my.on_duplicate_key_update(id=stmt_my.inserted.id)
     raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
