@@ -299,20 +299,32 @@ async def _tick(
         if token is not None and token == state.change_token and not state.backlog:
             return
         state.change_token = token
-    state.backlog = False
+    # Until this tick's listing and claims succeed, assume rows are waiting: a tick that fails
+    # half way must not leave the next ticks skipping on an unchanged token.
+    state.backlog = True
+    state.backlog = await _claim_pending(runner, db, profile_name, in_flight, limit)
+
+
+async def _claim_pending(
+    runner: Any,
+    db: Any,
+    profile_name: str | None,
+    in_flight: dict[Any, asyncio.Task[None]],
+    limit: int | None,
+) -> bool:
+    """Claim and dispatch what the listing offers; True when rows may be left waiting."""
     rows = await _pending_rows(db, limit)
-    if limit is not None and len(rows) >= limit:
-        state.backlog = True  # the listing was cut short: look again next tick
+    backlog = limit is not None and len(rows) >= limit  # the listing may have been cut short
     raced = False
     for row in rows:
         key = (profile_name, row["id"])
         if key in in_flight:
             # Pending again while its last delivery is still finishing (a re-request): look
             # at it again next tick even if nothing else changes in the database.
-            state.backlog = True
+            backlog = True
             continue
         if limit is not None and len(in_flight) >= limit:
-            state.backlog = True  # left for another gateway, or for a slot freeing up here
+            backlog = True  # left for another gateway, or for a slot freeing up here
             break
         if not await db.claim_handoff(row["id"]):
             raced = True
@@ -323,10 +335,11 @@ async def _tick(
         task = asyncio.ensure_future(_deliver(runner, db, row, profile_name))
         in_flight[key] = task
         task.add_done_callback(functools.partial(_forget, runner, in_flight, key))
-    if raced and state.backlog and limit is not None and len(in_flight) < limit:
+    if raced and backlog and limit is not None and len(in_flight) < limit:
         wakeup = getattr(runner, "_handoff_wakeup", None)
         if wakeup is not None:
             wakeup.set()  # lost races on a cut-short listing: list again now, not next interval
+    return backlog
 
 
 async def _pending_rows(db: Any, limit: int | None) -> list[Row]:

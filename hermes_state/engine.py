@@ -153,7 +153,13 @@ def _prepare_sqlite_path(url: URL) -> None:
             f"{path} is a directory; give the path of a database file inside it"
         )
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot create the folder for {path}: {exc.strerror or exc}; "
+                "give a path whose parents are folders you can write"
+            ) from None
 
 
 def _install_sqlite_listeners(engine: Engine, *, enforce_foreign_keys: bool) -> None:
