@@ -1,0 +1,107 @@
+"""A watcher process that stops dead at a chosen point of a delivery, for tests/test_crash_kit.py.
+
+Two ways in:
+
+* ``hermes-state watch --handler tests.crash_points:deliver`` — the real CLI watcher with this
+  module's handler. With ``CRASH_POINT=handler`` the handler marks and then hangs.
+* ``python -m tests.crash_points --db PATH --owner NAME --point POINT`` — the same
+  ``GatewayRunner`` over a store that marks and hangs just after a successful claim
+  (``claimed``) or just before recording the completion (``completing``), points the CLI's
+  handler cannot reach.
+
+"Marks" means: writes ``$CRASH_DIR/<point>.marker`` (atomically, with the session id). "Hangs"
+means: waits for ``$CRASH_DIR/never``, a file nobody creates, so the test can SIGKILL the process
+exactly there. Every call of the handler is appended to ``$CRASH_DIR/deliveries.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gateway.run import GatewayRunner
+from hermes_state import SessionDB
+
+POINTS = ("claimed", "handler", "completing", "none")
+
+
+def crash_dir() -> Path:
+    return Path(os.environ["CRASH_DIR"])
+
+
+def current_point() -> str:
+    return os.environ.get("CRASH_POINT", "none")
+
+
+def mark(point: str, session_id: str) -> None:
+    """Announce that this process reached ``point`` (write then rename: never half a file)."""
+    folder = crash_dir()
+    partial = folder / f".{point}.{os.getpid()}"
+    partial.write_text(f"{session_id} {os.getpid()}\n")
+    os.replace(partial, folder / f"{point}.marker")
+
+
+def hang() -> None:
+    """Block this thread until killed: the file it waits for never appears."""
+    never = crash_dir() / "never"
+    while not never.exists():
+        time.sleep(0.05)
+    raise RuntimeError(f"{never} appeared; nothing should ever create it")
+
+
+def deliver(row: Mapping[str, Any], profile_name: str | None) -> None:
+    """The delivery: log it, then (at the ``handler`` point) mark and hang inside it."""
+    with (crash_dir() / "deliveries.log").open("a") as log:
+        log.write(f"{row['id']} {os.getpid()}\n")
+    if current_point() == "handler":
+        mark("handler", str(row["id"]))
+        hang()
+
+
+class StoppingStore(SessionDB):
+    """A real store that stops right after a won claim, or right before a completion."""
+
+    def __init__(self, *args: Any, point: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.point = point
+
+    def claim_handoff(self, session_id: str) -> bool:
+        won = super().claim_handoff(session_id)
+        if won and self.point == "claimed":
+            mark("claimed", session_id)
+            hang()
+        return won
+
+    def complete_handoff(self, session_id: str) -> bool:
+        if self.point == "completing":
+            mark("completing", session_id)
+            hang()
+        return super().complete_handoff(session_id)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--owner", required=True)
+    parser.add_argument("--point", choices=POINTS, required=True)
+    args = parser.parse_args()
+    os.environ["CRASH_POINT"] = args.point
+    store = StoppingStore(args.db, owner=args.owner, lease_seconds=60.0, point=args.point)
+    runner = GatewayRunner(store, deliver, interval=0.02)
+
+    async def serve() -> None:
+        try:
+            await runner.run()
+        finally:
+            await runner.close()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
