@@ -33,6 +33,7 @@ from typing import Any, Final
 from sqlalchemy.engine import URL
 
 from hermes_state import AsyncSessionDB, SessionDB, notify
+from hermes_state.engine import hermes_home
 from hermes_state.repository import STRANDED_ERROR
 
 __all__ = [
@@ -64,7 +65,7 @@ _profile_stores_lock = threading.Lock()
 
 def get_hermes_home() -> Path:
     """The launch home: ``$HERMES_HOME``, defaulting to ``~/.hermes``."""
-    return Path(os.environ.get("HERMES_HOME") or "~/.hermes").expanduser()
+    return hermes_home()
 
 
 def default_owner() -> str:

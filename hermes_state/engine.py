@@ -27,6 +27,7 @@ __all__ = [
     "Patience",
     "default_db_path",
     "describe",
+    "hermes_home",
     "is_sqlite",
     "make_async_engine",
     "make_engine",
@@ -66,10 +67,14 @@ def with_driver(url: URL, *, asyncio: bool) -> URL:
     return url.set(drivername=f"{backend}+{chosen}")
 
 
+def hermes_home() -> Path:
+    """``$HERMES_HOME``, defaulting to ``~/.hermes``."""
+    return Path(os.environ.get(ENV_HOME) or "~/.hermes").expanduser()
+
+
 def default_db_path() -> Path:
-    """``$HERMES_HOME/state.db``, with ``HERMES_HOME`` defaulting to ``~/.hermes``."""
-    home = os.environ.get(ENV_HOME) or "~/.hermes"
-    return Path(home).expanduser() / "state.db"
+    """``$HERMES_HOME/state.db``."""
+    return hermes_home() / "state.db"
 
 
 def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
