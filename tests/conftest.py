@@ -1,4 +1,5 @@
-"""Fixtures shared by the test suite: backends, throwaway databases, an isolated HERMES_HOME.
+"""Fixtures shared by the test suite: backends, throwaway databases, an isolated HERMES_HOME,
+and ``cli``, the command line run in-process.
 
 SQLite always runs. PostgreSQL and MariaDB/MySQL run when ``HERMES_STATE_TEST_PG_URL`` /
 ``HERMES_STATE_TEST_MYSQL_URL`` name a server (any database on it; the tests create and drop
@@ -8,17 +9,22 @@ their own). A URL that is set but unreachable fails the run instead of skipping 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL
 
 from hermes_state import SessionDB, schema
+from hermes_state.cli import main
 from hermes_state.engine import resolve_url, with_driver
+from tests.digest import forget
 
 SERVER_ENVS = {
     "postgresql": "HERMES_STATE_TEST_PG_URL",
@@ -61,15 +67,18 @@ def require_server(backend: str) -> URL:
 
 @contextlib.contextmanager
 def throwaway_database(backend: str) -> Iterator[URL]:
-    """A new, empty database on the configured server, dropped afterwards."""
+    """A new, empty database on the configured server, dropped afterwards (after closing the
+    connections ``tests.digest`` keeps to it)."""
     server = require_server(backend)
     name = f"hs_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(with_driver(server, asyncio=False), isolation_level="AUTOCOMMIT")
+    url = server.set(database=name)
     try:
         with admin.connect() as connection:
             connection.execute(text(f"CREATE DATABASE {name}"))
-        yield server.set(database=name)
+        yield url
     finally:
+        forget(url)
         with admin.connect() as connection:
             force = " WITH (FORCE)" if backend == "postgresql" else ""
             connection.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
@@ -78,6 +87,26 @@ def throwaway_database(backend: str) -> Iterator[URL]:
 
 def sqlite_url(folder: Path) -> URL:
     return resolve_url(folder / "state.db")
+
+
+def url_arg(url: URL) -> str:
+    """``url`` as given on a command line: a server URL keeps its password."""
+    return url.render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def database_at_head(backend: str, folder: Path) -> Iterator[URL]:
+    """A database of its own at head: a new SQLite file in ``folder``, or a throwaway server
+    database."""
+    if backend == "sqlite":
+        folder.mkdir(parents=True, exist_ok=True)
+        url = sqlite_url(folder)
+        schema.upgrade(url)
+        yield url
+        return
+    with throwaway_database(backend) as url:
+        schema.upgrade(url)
+        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -107,14 +136,21 @@ def migrated_servers() -> Iterator[dict[str, URL]]:
         yield Lazy()
 
 
-def _empty_tables(url: URL) -> None:
-    engine = create_engine(with_driver(url, asyncio=False))
+def empty_tables(database: URL | Engine) -> None:
+    """Delete every row a store writes (the schema and its bookkeeping stay). ``database`` is
+    a URL, or an engine on it to reuse."""
+    engine = (
+        database
+        if isinstance(database, Engine)
+        else create_engine(with_driver(database, asyncio=False))
+    )
     try:
         with engine.begin() as connection:
             for table in ("messages", "handoff_events", "sessions"):
                 connection.execute(text(f"DELETE FROM {table}"))
     finally:
-        engine.dispose()
+        if engine is not database:
+            engine.dispose()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -126,7 +162,7 @@ def backend_url(
     if backend == "sqlite":
         return sqlite_url(tmp_path)
     url = migrated_servers[backend]
-    _empty_tables(url)
+    empty_tables(url)
     return url
 
 
@@ -139,6 +175,22 @@ def store(backend_url: URL) -> Iterator[SessionDB]:
         db.close()
 
 
+@pytest.fixture
+def new_store(backend_url: URL) -> Iterator[Callable[..., SessionDB]]:
+    """``new_store(**options)`` opens another ``SessionDB`` on the test's database with those
+    options (an owner, a clock...); every store it opened is closed at the end."""
+    opened: list[SessionDB] = []
+
+    def open_one(**options: Any) -> SessionDB:
+        db = SessionDB(url=backend_url, **options)
+        opened.append(db)
+        return db
+
+    yield open_one
+    for db in opened:
+        db.close()
+
+
 @pytest.fixture(params=BACKENDS)
 def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
     """A database with nothing in it, of every backend: for migration tests."""
@@ -148,3 +200,33 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[U
         return
     with throwaway_database(backend) as url:
         yield url
+
+
+# -- the command line, in-process ----------------------------------------------------------------
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """``cli(*argv)`` runs ``hermes-state ARGV...`` through ``hermes_state.cli.main`` in this
+    process: its exit code and only what this command printed. No command may print a
+    traceback, whatever the outcome."""
+
+    def run(*argv: str) -> CliResult:
+        capsys.readouterr()
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err, captured.err
+        assert "Traceback" not in captured.out, captured.out
+        return CliResult(code, captured.out, captured.err)
+
+    return run

@@ -9,6 +9,7 @@ Also: pruning old events, and ``retry_handoff``'s rules.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from hermes_state import HermesStateError, InvalidInputError, SessionDB
 from hermes_state.errors import InvalidInputTypeError
 from hermes_state.models import handoff_events
 from tests.digest import database_digest, sync_url
+from tests.stores import HandClock, put
 
 T0 = 1_700_000_000.0
 WAITER_ERROR = "nobody picked the handoff up in time"
@@ -28,38 +30,15 @@ DELIVERY_ERROR = "the platform rejected the message"
 RECLAIM_ERROR = "the gateway died mid-delivery; run /handoff again"
 
 
-class Clock:
-    """A clock the test moves by hand; every store of a test shares one."""
-
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def tick(self, seconds: float = 1.0) -> float:
-        self.now += seconds
-        return self.now
+@pytest.fixture
+def clock() -> HandClock:
+    return HandClock(T0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def open_store(backend_url: URL, clock: Clock) -> Iterator[Callable[..., SessionDB]]:
+def open_store(new_store: Callable[..., SessionDB], clock: HandClock) -> Callable[..., SessionDB]:
     """Stores on the test's database, all driven by the test's clock, closed at the end."""
-    opened: list[SessionDB] = []
-
-    def make(**options: Any) -> SessionDB:
-        db = SessionDB(url=backend_url, clock=clock, **options)
-        opened.append(db)
-        return db
-
-    yield make
-    for db in opened:
-        db.close()
+    return functools.partial(new_store, clock=clock)
 
 
 def trail(db: SessionDB, session_id: str) -> list[tuple[Any, ...]]:
@@ -84,7 +63,7 @@ def event_count(url: URL) -> int:
 
 
 def test_the_trail_is_complete_and_ordered(
-    open_store: Callable[..., SessionDB], clock: Clock, backend_url: URL
+    open_store: Callable[..., SessionDB], clock: HandClock, backend_url: URL
 ) -> None:
     api = open_store()  # no owner: the actor is "api"
     gw1 = open_store(owner="gw-1", lease_seconds=30)
@@ -103,7 +82,7 @@ def test_the_trail_is_complete_and_ordered(
         assert done
         if expected is not None:
             expected.append((*event, clock.now))
-        clock.tick()
+        clock.advance()
 
     step(
         api.request_handoff("A", "telegram"),
@@ -134,10 +113,10 @@ def test_the_trail_is_complete_and_ordered(
     step(api.retry_handoff("A"), expected_a, ("failed", "pending", "api", 2, "retry for discord"))
     step(gw2.claim_handoff("A"), expected_a, ("pending", "running", "gw-2", 3, None))
     # gw-2 dies; once its lease has run out, gw-1 reclaims the row.
-    clock.tick(100)
+    clock.advance(100)
     assert gw1.reclaim_stale_running_handoffs(RECLAIM_ERROR) == ["A"]
     expected_a.append(("running", "failed", "gw-1", 3, RECLAIM_ERROR, clock.now))
-    clock.tick()
+    clock.advance()
     step(api.retry_handoff("A"), expected_a, ("failed", "pending", "api", 3, "retry for discord"))
     step(api.claim_handoff("A"), expected_a, ("pending", "running", "api", 4, None))
     step(api.complete_handoff("A"), expected_a, ("running", "completed", "api", 4, None))
@@ -194,7 +173,7 @@ def test_a_failure_records_the_truncated_error(open_store: Callable[..., Session
 
 
 def test_a_reclaim_records_one_event_per_row(
-    open_store: Callable[..., SessionDB], clock: Clock
+    open_store: Callable[..., SessionDB], clock: HandClock
 ) -> None:
     db = open_store()
     for session_id in ("r1", "r2", "p1"):
@@ -202,7 +181,7 @@ def test_a_reclaim_records_one_event_per_row(
         assert db.request_handoff(session_id, "telegram")
     assert db.claim_handoff("r1")
     assert db.claim_handoff("r2")
-    clock.tick(5)
+    clock.advance(5)
     assert db.reclaim_running_handoffs(RECLAIM_ERROR) == ["r1", "r2"]
     for session_id in ("r1", "r2"):
         last = db.handoff_history(session_id)[-1]
@@ -307,7 +286,7 @@ def test_a_rolled_back_transition_leaves_no_event(
 
 
 def test_prune_deletes_only_events_older_than_the_cutoff(
-    open_store: Callable[..., SessionDB], clock: Clock, backend_url: URL
+    open_store: Callable[..., SessionDB], clock: HandClock, backend_url: URL
 ) -> None:
     db = open_store()
     db.create_session("s", "cli")
@@ -359,26 +338,12 @@ def test_prune_refuses_bad_ages(
 # -- retry ------------------------------------------------------------------------------------
 
 
-def _put(db: SessionDB, session_id: str, state: str | None) -> None:
-    db.create_session(session_id, "cli")
-    if state is None:
-        return
-    assert db.request_handoff(session_id, "telegram")
-    if state == "pending":
-        return
-    assert db.claim_handoff(session_id)
-    if state == "completed":
-        assert db.complete_handoff(session_id)
-    elif state == "failed":
-        assert db.fail_handoff(session_id, DELIVERY_ERROR)
-
-
 @pytest.mark.parametrize("state", [None, "pending", "running", "completed"])
 def test_retry_only_from_failed(
     open_store: Callable[..., SessionDB], backend_url: URL, state: str | None
 ) -> None:
     db = open_store()
-    _put(db, "s", state)
+    put(db, "s", state, error=DELIVERY_ERROR)
     before = database_digest(backend_url)
     assert db.retry_handoff("s") is False
     assert db.retry_handoff("s", "discord") is False
@@ -387,11 +352,11 @@ def test_retry_only_from_failed(
 
 
 def test_retry_keeps_the_platform_unless_given(
-    open_store: Callable[..., SessionDB], clock: Clock
+    open_store: Callable[..., SessionDB], clock: HandClock
 ) -> None:
     db = open_store()
-    _put(db, "s", "failed")
-    clock.tick(10)
+    put(db, "s", "failed", error=DELIVERY_ERROR)
+    clock.advance(10)
     assert db.retry_handoff("s") is True
     assert db.get_handoff_state("s") == {"state": "pending", "platform": "telegram", "error": None}
     pending = db.list_pending_handoffs()
@@ -425,7 +390,7 @@ def test_retry_validates_a_given_platform(
     open_store: Callable[..., SessionDB], backend_url: URL, platform: Any, error: type[Exception]
 ) -> None:
     db = open_store()
-    _put(db, "s", "failed")
+    put(db, "s", "failed", error=DELIVERY_ERROR)
     before = database_digest(backend_url)
     with pytest.raises(error):
         db.retry_handoff("s", platform)
@@ -435,16 +400,16 @@ def test_retry_validates_a_given_platform(
 
 def test_a_longest_platform_is_accepted_on_retry(open_store: Callable[..., SessionDB]) -> None:
     db = open_store()
-    _put(db, "s", "failed")
+    put(db, "s", "failed", error=DELIVERY_ERROR)
     assert db.retry_handoff("s", "p" * 64) is True
     assert db.get_handoff_state("s")["platform"] == "p" * 64
     assert db.handoff_history("s")[-1]["detail"] == "retry for " + "p" * 64
 
 
-def test_a_retry_announces_like_a_request(backend_url: URL, clock: Clock) -> None:
+def test_a_retry_announces_like_a_request(backend_url: URL, clock: HandClock) -> None:
     """A retried handoff is visible to the probe a watcher polls."""
     with SessionDB(url=backend_url, clock=clock) as db:
-        _put(db, "s", "failed")
+        put(db, "s", "failed", error=DELIVERY_ERROR)
         assert db.has_pending_handoffs() is False
         assert db.retry_handoff("s") is True
         assert db.has_pending_handoffs() is True

@@ -14,15 +14,16 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state.cli import _build_parser, main, repeated
+from hermes_state.cli import _build_parser, repeated
 from hermes_state.cli import handoff as handoff_cli
+from tests.conftest import CliResult
+from tests.stores import put
 
 # -- handlers for `watch --handler tests.test_cli:...` -------------------------------------------
 
@@ -61,16 +62,6 @@ async def async_deliver(row: dict[str, Any], profile_name: str | None) -> None:
 # -- fixtures and helpers ----------------------------------------------------------------------
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
 @pytest.fixture(autouse=True)
 def no_deliveries_yet() -> Iterator[None]:
     DELIVERIES.clear()
@@ -90,32 +81,13 @@ def db(db_path: Path) -> Iterator[SessionDB]:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], db_path: Path) -> Callable[..., Result]:
-    """Run ``hermes-state --url DB ARGS...`` in-process; ``url=False`` leaves --url out."""
+def cli(cli: Callable[..., CliResult], db_path: Path) -> Callable[..., CliResult]:
+    """conftest's ``cli`` with ``--url DB`` put first; ``url=False`` leaves --url out."""
 
-    def run(*argv: str, url: bool = True) -> Result:
-        code = main(["--url", str(db_path), *argv] if url else list(argv))
-        captured = capsys.readouterr()
-        assert "Traceback" not in captured.err, captured.err
-        assert "Traceback" not in captured.out, captured.out
-        return Result(code, captured.out, captured.err)
+    def run(*argv: str, url: bool = True) -> CliResult:
+        return cli(*(["--url", str(db_path), *argv] if url else argv))
 
     return run
-
-
-def put(db: SessionDB, session_id: str, state: str | None, platform: str = "telegram") -> None:
-    """Create the session and walk it to ``state`` through real transitions."""
-    db.create_session(session_id, "cli")
-    if state is None:
-        return
-    assert db.request_handoff(session_id, platform) is True
-    if state == "pending":
-        return
-    assert db.claim_handoff(session_id) is True
-    if state == "completed":
-        assert db.complete_handoff(session_id) is True
-    elif state == "failed":
-        assert db.fail_handoff(session_id, "the platform said no") is True
 
 
 def column(db_path: Path, session_id: str, name: str) -> Any:
@@ -127,7 +99,7 @@ def column(db_path: Path, session_id: str, name: str) -> Any:
 # -- session create ----------------------------------------------------------------------------
 
 
-def test_session_create_makes_a_new_session(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_session_create_makes_a_new_session(cli: Callable[..., CliResult], db: SessionDB) -> None:
     result = cli("session", "create", "alpha", "--title", "Plants", "--source", "terminal")
     assert result.code == 0
     assert "created session 'alpha'" in result.out
@@ -137,7 +109,7 @@ def test_session_create_makes_a_new_session(cli: Callable[..., Result], db: Sess
 
 
 def test_session_create_keeps_an_existing_session(
-    cli: Callable[..., Result], db: SessionDB
+    cli: Callable[..., CliResult], db: SessionDB
 ) -> None:
     assert cli("session", "create", "alpha", "--title", "first").code == 0
     result = cli("session", "create", "alpha", "--title", "second", "--json")
@@ -147,14 +119,14 @@ def test_session_create_keeps_an_existing_session(
     assert "already exists" in cli("session", "create", "alpha").out
 
 
-def test_session_create_json_for_a_new_session(cli: Callable[..., Result]) -> None:
+def test_session_create_json_for_a_new_session(cli: Callable[..., CliResult]) -> None:
     result = cli("session", "create", "beta", "--json")
     assert result.code == 0
     assert result.json() == {"id": "beta", "created": True}
 
 
 def test_session_create_defaults_to_the_hermes_home_database(
-    cli: Callable[..., Result], isolated_home: Path
+    cli: Callable[..., CliResult], isolated_home: Path
 ) -> None:
     assert cli("session", "create", "home-session", url=False).code == 0
     with SessionDB(isolated_home / "state.db") as store:
@@ -162,7 +134,7 @@ def test_session_create_defaults_to_the_hermes_home_database(
 
 
 @pytest.mark.parametrize("session_id", ["", "   ", "bell\x07", "tab\there", "x" * 1000])
-def test_session_create_refuses_bad_ids(cli: Callable[..., Result], session_id: str) -> None:
+def test_session_create_refuses_bad_ids(cli: Callable[..., CliResult], session_id: str) -> None:
     result = cli("session", "create", session_id)
     assert result.code == 2
     assert result.err.startswith("hermes-state: ")
@@ -171,7 +143,7 @@ def test_session_create_refuses_bad_ids(cli: Callable[..., Result], session_id: 
 # -- handoff request ---------------------------------------------------------------------------
 
 
-def test_handoff_request_is_accepted(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_request_is_accepted(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "s1", None)
     result = cli("handoff", "request", "s1", "telegram")
     assert result.code == 0
@@ -181,7 +153,7 @@ def test_handoff_request_is_accepted(cli: Callable[..., Result], db: SessionDB) 
 
 @pytest.mark.parametrize("state", ["completed", "failed"])
 def test_handoff_request_again_after_an_outcome(
-    cli: Callable[..., Result], db: SessionDB, state: str
+    cli: Callable[..., CliResult], db: SessionDB, state: str
 ) -> None:
     put(db, "s1", state)
     assert cli("handoff", "request", "s1", "discord").code == 0
@@ -190,7 +162,7 @@ def test_handoff_request_again_after_an_outcome(
 
 @pytest.mark.parametrize("state", ["pending", "running"])
 def test_handoff_request_while_in_flight_is_refused(
-    cli: Callable[..., Result], db: SessionDB, state: str
+    cli: Callable[..., CliResult], db: SessionDB, state: str
 ) -> None:
     put(db, "s1", state)
     result = cli("handoff", "request", "s1", "discord")
@@ -199,7 +171,9 @@ def test_handoff_request_while_in_flight_is_refused(
     assert db.get_handoff_state("s1") == {"state": state, "platform": "telegram", "error": None}
 
 
-def test_handoff_request_for_an_unknown_session(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_request_for_an_unknown_session(
+    cli: Callable[..., CliResult], db: SessionDB
+) -> None:
     result = cli("handoff", "request", "ghost", "telegram")
     assert result.code == 1
     assert "no session 'ghost'" in result.err
@@ -211,7 +185,7 @@ def test_handoff_request_for_an_unknown_session(cli: Callable[..., Result], db: 
     [("", "telegram"), ("bell\x07", "telegram"), ("s1", ""), ("s1", "new\nline")],
 )
 def test_handoff_request_refuses_bad_input(
-    cli: Callable[..., Result], db: SessionDB, session_id: str, platform: str
+    cli: Callable[..., CliResult], db: SessionDB, session_id: str, platform: str
 ) -> None:
     put(db, "s1", None)
     result = cli("handoff", "request", session_id, platform)
@@ -223,7 +197,7 @@ def test_handoff_request_refuses_bad_input(
 # -- handoff show ------------------------------------------------------------------------------
 
 
-def test_handoff_show(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_show(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "s1", "failed")
     result = cli("handoff", "show", "s1")
     assert result.code == 0
@@ -243,7 +217,7 @@ def test_handoff_show(cli: Callable[..., Result], db: SessionDB) -> None:
 
 
 def test_handoff_show_of_a_session_never_handed_off(
-    cli: Callable[..., Result], db: SessionDB
+    cli: Callable[..., CliResult], db: SessionDB
 ) -> None:
     put(db, "s1", None)
     document = cli("handoff", "show", "s1", "--json").json()
@@ -254,7 +228,7 @@ def test_handoff_show_of_a_session_never_handed_off(
     }
 
 
-def test_handoff_show_of_an_unknown_session(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_show_of_an_unknown_session(cli: Callable[..., CliResult], db: SessionDB) -> None:
     result = cli("handoff", "show", "ghost", "--json")
     assert result.code == 1
     assert "ghost" in result.err
@@ -262,7 +236,7 @@ def test_handoff_show_of_an_unknown_session(cli: Callable[..., Result], db: Sess
 
 
 def test_handoff_show_without_a_database_creates_none(
-    cli: Callable[..., Result], db_path: Path
+    cli: Callable[..., CliResult], db_path: Path
 ) -> None:
     result = cli("handoff", "show", "s1")
     assert result.code == 1
@@ -282,7 +256,7 @@ def one_of_each(db: SessionDB) -> SessionDB:
 
 
 def test_handoff_list_shows_every_handed_off_session(
-    cli: Callable[..., Result], one_of_each: SessionDB
+    cli: Callable[..., CliResult], one_of_each: SessionDB
 ) -> None:
     result = cli("handoff", "list")
     assert result.code == 0
@@ -297,14 +271,16 @@ def test_handoff_list_shows_every_handed_off_session(
 
 @pytest.mark.parametrize("state", ["pending", "running", "completed", "failed"])
 def test_handoff_list_by_state(
-    cli: Callable[..., Result], one_of_each: SessionDB, state: str
+    cli: Callable[..., CliResult], one_of_each: SessionDB, state: str
 ) -> None:
     result = cli("handoff", "list", "--state", state, "--json")
     assert result.code == 0
     assert [row["id"] for row in result.json()] == [state]
 
 
-def test_handoff_list_limit_and_empty(cli: Callable[..., Result], one_of_each: SessionDB) -> None:
+def test_handoff_list_limit_and_empty(
+    cli: Callable[..., CliResult], one_of_each: SessionDB
+) -> None:
     assert len(cli("handoff", "list", "--limit", "2", "--json").json()) == 2
     one_of_each.claim_handoff("pending")
     result = cli("handoff", "list", "--state", "pending")
@@ -315,7 +291,7 @@ def test_handoff_list_limit_and_empty(cli: Callable[..., Result], one_of_each: S
 
 @pytest.mark.parametrize("argv", [["--state", "lost"], ["--state", ""], ["--limit", "-1"]])
 def test_handoff_list_refuses_bad_input(
-    cli: Callable[..., Result], one_of_each: SessionDB, argv: list[str]
+    cli: Callable[..., CliResult], one_of_each: SessionDB, argv: list[str]
 ) -> None:
     result = cli("handoff", "list", *argv)
     assert result.code == 2
@@ -326,7 +302,7 @@ def test_handoff_list_refuses_bad_input(
 
 
 @pytest.mark.parametrize("state", ["pending", "running"])
-def test_handoff_fail(cli: Callable[..., Result], db: SessionDB, state: str) -> None:
+def test_handoff_fail(cli: Callable[..., CliResult], db: SessionDB, state: str) -> None:
     put(db, "s1", state)
     result = cli("handoff", "fail", "s1", "given up by the operator")
     assert result.code == 0
@@ -339,7 +315,7 @@ def test_handoff_fail(cli: Callable[..., Result], db: SessionDB, state: str) -> 
 
 
 def test_handoff_fail_only_pending_fails_a_pending_row(
-    cli: Callable[..., Result], db: SessionDB
+    cli: Callable[..., CliResult], db: SessionDB
 ) -> None:
     put(db, "s1", "pending")
     assert cli("handoff", "fail", "s1", "nobody came", "--only-pending").code == 0
@@ -351,7 +327,7 @@ def test_handoff_fail_only_pending_fails_a_pending_row(
 
 
 def test_handoff_fail_only_pending_refuses_a_running_row(
-    cli: Callable[..., Result], db: SessionDB
+    cli: Callable[..., CliResult], db: SessionDB
 ) -> None:
     put(db, "s1", "running")
     result = cli("handoff", "fail", "s1", "nobody came", "--only-pending")
@@ -362,7 +338,7 @@ def test_handoff_fail_only_pending_refuses_a_running_row(
 
 @pytest.mark.parametrize("state", [None, "completed", "failed"])
 def test_handoff_fail_refuses_a_row_not_in_flight(
-    cli: Callable[..., Result], db: SessionDB, state: str | None
+    cli: Callable[..., CliResult], db: SessionDB, state: str | None
 ) -> None:
     put(db, "s1", state)
     before = db.get_handoff_state("s1")
@@ -370,14 +346,14 @@ def test_handoff_fail_refuses_a_row_not_in_flight(
     assert db.get_handoff_state("s1") == before
 
 
-def test_handoff_fail_unknown_and_bad_input(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_fail_unknown_and_bad_input(cli: Callable[..., CliResult], db: SessionDB) -> None:
     result = cli("handoff", "fail", "ghost", "why")
     assert result.code == 1
     assert "no session 'ghost'" in result.err
     assert cli("handoff", "fail", "", "why").code == 2
 
 
-def test_handoff_fail_truncates_the_error(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_fail_truncates_the_error(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "s1", "pending")
     assert cli("handoff", "fail", "s1", "e" * 2000).code == 0
     handoff = db.get_handoff_state("s1")
@@ -388,7 +364,7 @@ def test_handoff_fail_truncates_the_error(cli: Callable[..., Result], db: Sessio
 # -- handoff reclaim ---------------------------------------------------------------------------
 
 
-def test_handoff_reclaim(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_reclaim(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "run-b", "running")
     put(db, "run-a", "running")
     put(db, "waiting", "pending")
@@ -409,7 +385,9 @@ def test_handoff_reclaim(cli: Callable[..., Result], db: SessionDB) -> None:
     assert cli("handoff", "request", "run-a", "telegram").code == 0
 
 
-def test_handoff_reclaim_text_and_nothing_to_do(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_reclaim_text_and_nothing_to_do(
+    cli: Callable[..., CliResult], db: SessionDB
+) -> None:
     put(db, "r1", "running")
     result = cli("handoff", "reclaim")
     assert result.code == 0
@@ -419,7 +397,7 @@ def test_handoff_reclaim_text_and_nothing_to_do(cli: Callable[..., Result], db: 
 
 
 def test_handoff_reclaim_leaves_a_live_lease_to_its_gateway_unless_all(
-    cli: Callable[..., Result], db: SessionDB, db_path: Path
+    cli: Callable[..., CliResult], db: SessionDB, db_path: Path
 ) -> None:
     with SessionDB(db_path, owner="gateway-1", lease_seconds=600) as gateway:
         put(gateway, "leased", "running")
@@ -444,7 +422,7 @@ def test_handoff_reclaim_leaves_a_live_lease_to_its_gateway_unless_all(
 # -- handoff retry, history, prune-events --------------------------------------------------------
 
 
-def test_handoff_retry(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_retry(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "s1", "failed")
     result = cli("handoff", "retry", "s1")
     assert result.code == 0
@@ -458,7 +436,7 @@ def test_handoff_retry(cli: Callable[..., Result], db: SessionDB) -> None:
 
 @pytest.mark.parametrize("state", [None, "pending", "running", "completed"])
 def test_handoff_retry_only_retries_a_failed_handoff(
-    cli: Callable[..., Result], db: SessionDB, state: str | None
+    cli: Callable[..., CliResult], db: SessionDB, state: str | None
 ) -> None:
     put(db, "s1", state)
     before = db.get_handoff_state("s1")
@@ -468,7 +446,7 @@ def test_handoff_retry_only_retries_a_failed_handoff(
     assert db.get_handoff_state("s1") == before
 
 
-def test_handoff_retry_unknown_and_bad_input(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_retry_unknown_and_bad_input(cli: Callable[..., CliResult], db: SessionDB) -> None:
     assert cli("handoff", "retry", "ghost").code == 1
     assert cli("handoff", "retry", "").code == 2
     put(db, "s1", "failed")
@@ -476,7 +454,7 @@ def test_handoff_retry_unknown_and_bad_input(cli: Callable[..., Result], db: Ses
     assert db.get_handoff_state("s1")["state"] == "failed"
 
 
-def test_handoff_history(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_history(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "s1", "failed")
     assert cli("handoff", "retry", "s1").code == 0
     result = cli("handoff", "history", "s1", "--json")
@@ -498,7 +476,7 @@ def test_handoff_history(cli: Callable[..., Result], db: SessionDB) -> None:
     assert cli("handoff", "history", "ghost").code == 1
 
 
-def test_handoff_prune_events(cli: Callable[..., Result], db: SessionDB, db_path: Path) -> None:
+def test_handoff_prune_events(cli: Callable[..., CliResult], db: SessionDB, db_path: Path) -> None:
     ten_days_ago = time.time() - 10 * 86400
     with SessionDB(db_path, clock=lambda: ten_days_ago) as back_then:
         put(back_then, "old", "completed")
@@ -514,7 +492,7 @@ def test_handoff_prune_events(cli: Callable[..., Result], db: SessionDB, db_path
 
 @pytest.mark.parametrize("days", ["0", "-1", "inf", "nan", "soon"])
 def test_handoff_prune_events_refuses_bad_ages(
-    cli: Callable[..., Result], db: SessionDB, days: str
+    cli: Callable[..., CliResult], db: SessionDB, days: str
 ) -> None:
     put(db, "s1", "completed")
     assert cli("handoff", "prune-events", "--older-than", days).code == 2
@@ -524,7 +502,7 @@ def test_handoff_prune_events_refuses_bad_ages(
 # -- handoff stats -----------------------------------------------------------------------------
 
 
-def test_handoff_stats(cli: Callable[..., Result], db: SessionDB, db_path: Path) -> None:
+def test_handoff_stats(cli: Callable[..., CliResult], db: SessionDB, db_path: Path) -> None:
     put(db, "p1", "pending")
     put(db, "p2", "pending")
     put(db, "r1", "running")
@@ -552,7 +530,7 @@ def test_handoff_stats(cli: Callable[..., Result], db: SessionDB, db_path: Path)
     assert "s ago" in text.out
 
 
-def test_handoff_stats_without_pending(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_handoff_stats_without_pending(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "c1", "completed")
     document = cli("handoff", "stats", "--json").json()
     assert document["counts"]["pending"] == 0
@@ -586,7 +564,7 @@ def test_handoff_stats_without_pending(cli: Callable[..., Result], db: SessionDB
     ids=lambda argv: " ".join(argv[2:]) or "nothing",
 )
 def test_watch_refuses_bad_input(
-    cli: Callable[..., Result], db: SessionDB, argv: list[str]
+    cli: Callable[..., CliResult], db: SessionDB, argv: list[str]
 ) -> None:
     put(db, "s1", "pending")
     result = cli(*argv)
@@ -600,7 +578,7 @@ def test_watch_refuses_bad_input(
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_watch_once_with_a_handler(cli: Callable[..., Result], db: SessionDB, kind: str) -> None:
+def test_watch_once_with_a_handler(cli: Callable[..., CliResult], db: SessionDB, kind: str) -> None:
     put(db, "alpha", "pending", platform="telegram")
     put(db, "refuse-bravo", "pending", platform="discord")
     put(db, "done", "completed")
@@ -630,7 +608,7 @@ def test_watch_once_with_a_handler(cli: Callable[..., Result], db: SessionDB, ki
     }
 
 
-def test_watch_once_reclaims_before_it_polls(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_watch_once_reclaims_before_it_polls(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "stranded", "running")
     assert cli("watch", "--once", "--handler", "tests.test_cli:sync_deliver").code == 0
     assert DELIVERIES == []
@@ -658,7 +636,7 @@ def out_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_watch_once_exec_gives_the_command_its_row_and_environment(
-    cli: Callable[..., Result], db: SessionDB, out_dir: Path, tmp_path: Path
+    cli: Callable[..., CliResult], db: SessionDB, out_dir: Path, tmp_path: Path
 ) -> None:
     put(db, "root-row", "pending", platform="telegram")
     db.append_message("root-row", "user", "hello from the terminal")
@@ -705,7 +683,7 @@ def test_watch_once_exec_gives_the_command_its_row_and_environment(
     ids=["stderr", "no-stderr", "false", "long-stderr"],
 )
 def test_watch_once_exec_failure(
-    cli: Callable[..., Result], db: SessionDB, command: str, error: str
+    cli: Callable[..., CliResult], db: SessionDB, command: str, error: str
 ) -> None:
     put(db, "s1", "pending")
     assert cli("watch", "--once", "--exec", command).code == 0
@@ -713,7 +691,7 @@ def test_watch_once_exec_failure(
 
 
 def test_watch_once_exec_command_that_ignores_a_large_row(
-    cli: Callable[..., Result], db: SessionDB
+    cli: Callable[..., CliResult], db: SessionDB
 ) -> None:
     db.create_session("big", "cli", title="t" * 1_000_000)  # far more than a pipe holds
     assert db.request_handoff("big", "telegram") is True
@@ -725,7 +703,7 @@ def test_watch_once_exec_command_that_ignores_a_large_row(
     }
 
 
-def test_watch_once_with_nothing_pending(cli: Callable[..., Result], db: SessionDB) -> None:
+def test_watch_once_with_nothing_pending(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "done", "completed")
     result = cli("watch", "--once", "--exec", "exit 1")
     assert result.code == 0
@@ -852,7 +830,7 @@ TWINS: list[tuple[tuple[str, ...], list[str], str, str, str, str, Any]] = [
     ids=[twin[3] for twin in TWINS],
 )
 def test_environment_twin_is_shown_in_help_and_is_used(
-    cli: Callable[..., Result],
+    cli: Callable[..., CliResult],
     monkeypatch: pytest.MonkeyPatch,
     path: tuple[str, ...],
     argv: list[str],
@@ -882,7 +860,7 @@ def test_profiles_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_the_url_and_json_twins_end_to_end(
-    cli: Callable[..., Result], db: SessionDB, db_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], db: SessionDB, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     put(db, "s1", "pending")
     monkeypatch.setenv("HERMES_STATE_URL", str(db_path))
@@ -893,7 +871,7 @@ def test_the_url_and_json_twins_end_to_end(
 
 
 def test_the_watch_twins_end_to_end(
-    cli: Callable[..., Result],
+    cli: Callable[..., CliResult],
     db: SessionDB,
     out_dir: Path,
     tmp_path: Path,
@@ -916,7 +894,7 @@ def test_the_watch_twins_end_to_end(
 
 
 def test_the_handler_twin_end_to_end(
-    cli: Callable[..., Result], db: SessionDB, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], db: SessionDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     put(db, "s1", "pending")
     monkeypatch.setenv("HERMES_STATE_WATCH_HANDLER", "tests.test_cli:async_deliver")
@@ -935,7 +913,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize(("variable", "value"), MALFORMED)
 def test_a_malformed_environment_value_is_bad_input(
-    cli: Callable[..., Result],
+    cli: Callable[..., CliResult],
     db: SessionDB,
     monkeypatch: pytest.MonkeyPatch,
     variable: str,
@@ -950,7 +928,7 @@ def test_a_malformed_environment_value_is_bad_input(
 
 @pytest.mark.parametrize(("variable", "value"), MALFORMED)
 def test_a_malformed_watch_variable_leaves_other_commands_alone(
-    cli: Callable[..., Result],
+    cli: Callable[..., CliResult],
     db: SessionDB,
     monkeypatch: pytest.MonkeyPatch,
     variable: str,
@@ -963,7 +941,7 @@ def test_a_malformed_watch_variable_leaves_other_commands_alone(
     assert result.json()["state"] == "pending"
 
 
-def test_help_and_usage_errors(cli: Callable[..., Result]) -> None:
+def test_help_and_usage_errors(cli: Callable[..., CliResult]) -> None:
     top = cli("--help", url=False)
     assert top.code == 0
     for command in ("db", "session", "handoff", "watch", "demo"):
@@ -975,7 +953,7 @@ def test_help_and_usage_errors(cli: Callable[..., Result]) -> None:
 
 
 def test_a_file_that_is_not_a_database_is_bad_input(
-    cli: Callable[..., Result], tmp_path: Path
+    cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("not a database at all\n" * 10)
@@ -1036,7 +1014,7 @@ def complete(store: SessionDB) -> bool:
 
 
 def test_wait_follows_a_delivery_to_its_end(
-    cli: Callable[..., Result], db: SessionDB, clock: FakeClock
+    cli: Callable[..., CliResult], db: SessionDB, clock: FakeClock
 ) -> None:
     put(db, "s1", None)
     clock.at(30, claim)
@@ -1056,7 +1034,7 @@ def test_wait_follows_a_delivery_to_its_end(
 
 
 def test_wait_fails_a_request_nobody_claims(
-    cli: Callable[..., Result], db: SessionDB, clock: FakeClock
+    cli: Callable[..., CliResult], db: SessionDB, clock: FakeClock
 ) -> None:
     put(db, "s1", None)
     result = cli("handoff", "request", "s1", "telegram", "--wait")
@@ -1072,7 +1050,7 @@ def test_wait_fails_a_request_nobody_claims(
 
 
 def test_wait_never_fails_a_row_claimed_as_it_gives_up(
-    cli: Callable[..., Result], db: SessionDB, clock: FakeClock
+    cli: Callable[..., CliResult], db: SessionDB, clock: FakeClock
 ) -> None:
     put(db, "s1", None)
     clock.on_give_up = claim
@@ -1089,7 +1067,7 @@ def test_wait_never_fails_a_row_claimed_as_it_gives_up(
 
 
 def test_wait_gives_up_on_a_long_delivery_but_leaves_it_running(
-    cli: Callable[..., Result], db: SessionDB, clock: FakeClock
+    cli: Callable[..., CliResult], db: SessionDB, clock: FakeClock
 ) -> None:
     put(db, "s1", None)
     clock.at(10, claim)
@@ -1102,7 +1080,7 @@ def test_wait_gives_up_on_a_long_delivery_but_leaves_it_running(
 
 
 def test_wait_reports_the_gateways_failure(
-    cli: Callable[..., Result], db: SessionDB, clock: FakeClock
+    cli: Callable[..., CliResult], db: SessionDB, clock: FakeClock
 ) -> None:
     put(db, "s1", None)
     clock.at(5, claim)
@@ -1114,7 +1092,7 @@ def test_wait_reports_the_gateways_failure(
 
 
 def test_wait_on_a_refused_request_does_not_wait(
-    cli: Callable[..., Result], db: SessionDB, clock: FakeClock
+    cli: Callable[..., CliResult], db: SessionDB, clock: FakeClock
 ) -> None:
     put(db, "s1", "running")
     result = cli("handoff", "request", "s1", "telegram", "--wait")
@@ -1124,7 +1102,7 @@ def test_wait_on_a_refused_request_does_not_wait(
 
 
 def test_wait_from_the_environment(
-    cli: Callable[..., Result],
+    cli: Callable[..., CliResult],
     db: SessionDB,
     clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
@@ -1142,7 +1120,7 @@ def test_wait_from_the_environment(
 # -- demo --------------------------------------------------------------------------------------
 
 
-def test_demo(cli: Callable[..., Result]) -> None:
+def test_demo(cli: Callable[..., CliResult]) -> None:
     result = cli("demo", url=False)
     assert result.code == 0, result.err
     final_table: dict[str, str] = {}

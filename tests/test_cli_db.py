@@ -8,11 +8,9 @@ a traceback for a user error, and a printed server URL never shows its password.
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +21,8 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import URL
 
 from hermes_state import schema
-from hermes_state.cli import main
 from hermes_state.engine import make_engine, resolve_url
-from tests.conftest import require_server, throwaway_database
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Any:
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        assert "Traceback" not in captured.err, captured.err
-        assert "Traceback" not in captured.out, captured.out
-        return Result(code, captured.out, captured.err)
-
-    return run
+from tests.conftest import CliResult, require_server, throwaway_database, url_arg
 
 
 def revisions_oldest_first() -> list[str]:
@@ -61,10 +35,6 @@ def revisions_oldest_first() -> list[str]:
 REVISIONS = revisions_oldest_first()
 FIRST = REVISIONS[0]
 HEAD = schema.HEAD_REVISION
-
-
-def url_arg(url: URL) -> str:
-    return url.render_as_string(hide_password=False)
 
 
 def tables(url: URL) -> set[str]:
@@ -433,7 +403,7 @@ def database_with_password(backend: str) -> Iterator[URL]:
             admin.dispose()
 
 
-def assert_masked(result: Result) -> None:
+def assert_masked(result: CliResult) -> None:
     for stream in (result.out, result.err):
         assert "s3cr" not in stream
         assert "%25" not in stream

@@ -43,20 +43,12 @@ from hermes_state.engine import resolve_url
 from hermes_state.repository import STRANDED_ERROR
 from tests.digest import database_snapshot
 from tests.legacy import build_legacy_db, row_digest, schema_entries, table_columns
+from tests.processes import DEADLINE, cli_argv, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-DEADLINE = 30.0
 OWNER = "crash-gateway"
 VICTIM = "victim"
 FOREIGN_OWNER = "other-gateway"
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def short_lived(path: Path, **options: Any) -> SessionDB:
@@ -68,10 +60,6 @@ def short_lived(path: Path, **options: Any) -> SessionDB:
 def state_of(path: Path, session_id: str) -> dict[str, Any] | None:
     with short_lived(path) as db:
         return db.get_handoff_state(session_id)
-
-
-def cli(path: Path, *argv: str) -> list[str]:
-    return [sys.executable, "-m", "hermes_state.cli", "--url", str(path), *argv]
 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -141,7 +129,7 @@ def crash_script(db: Path, point: str) -> list[str]:
 def watch_cli(db: Path) -> list[str]:
     """The real CLI watcher, delivering with tests/crash_points.py's handler."""
     return [
-        *cli(db, "watch", "--interval", "0.02", "--owner", OWNER),
+        *cli_argv(db, "watch", "--interval", "0.02", "--owner", OWNER),
         "--handler",
         "tests.crash_points:deliver",
     ]
@@ -342,7 +330,7 @@ def upgrade_and_kill(path: Path, held_probes: int, log: Path) -> str:
 
     Returns "killed" or, when the upgrade finished before that, "finished".
     """
-    upgrade = spawn(cli(path, "db", "upgrade"), dict(os.environ), log)
+    upgrade = spawn(cli_argv(path, "db", "upgrade"), dict(os.environ), log)
     probe = sqlite3.connect(path, timeout=0, isolation_level=None)
     try:
         seen = 0
@@ -406,7 +394,7 @@ def run_killed_migrations(original: Original, folder: Path, kill_points: list[in
 
         # A later upgrade finishes the job, whatever the kill left, and keeps every row.
         finished = subprocess.run(
-            cli(path, "db", "upgrade"), cwd=ROOT, capture_output=True, text=True, check=False
+            cli_argv(path, "db", "upgrade"), cwd=ROOT, capture_output=True, text=True, check=False
         )
         assert finished.returncode == 0, finished.stderr
         assert revision_in_file(path) == schema.HEAD_REVISION

@@ -30,7 +30,6 @@ import shlex
 import shutil
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -53,29 +52,13 @@ from hermes_state.errors import (
     translate,
 )
 from hermes_state.repository import STRANDED_ERROR
-from tests.conftest import sqlite_url
+from tests.conftest import empty_tables, sqlite_url
 from tests.digest import database_digest, sync_url
+from tests.processes import CLI, eventually, wait_until
 
 DEADLINE = 20.0
 OWNER = "fault-gateway"
 T0 = 1_700_000_000.0
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
-
-
-async def eventually(check: Callable[[], Any], what: str) -> None:
-    """Poll a blocking check off the event loop until it is true (within DEADLINE)."""
-    deadline = time.monotonic() + DEADLINE
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {DEADLINE:g} s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class ConnectionHook:
@@ -296,6 +279,7 @@ async def test_a_watcher_whose_completion_hits_a_full_disk_keeps_serving(
         await eventually(
             lambda: logged("could not record the completion of victim"),
             "the completion to fail",
+            deadline=DEADLINE,
         )
         failure = next(r for r in caplog.records if "completion of victim" in r.getMessage())
         assert failure.exc_info is not None
@@ -315,6 +299,7 @@ async def test_a_watcher_whose_completion_hits_a_full_disk_keeps_serving(
         await eventually(
             lambda: store.get_handoff_state("later")["state"] == "completed",
             "the watcher to deliver after the fault cleared",
+            deadline=DEADLINE,
         )
         assert not serving.done()
     finally:
@@ -330,13 +315,16 @@ async def test_a_watcher_whose_completion_hits_a_full_disk_keeps_serving(
     serving = asyncio.ensure_future(runner.run())
     try:
         await eventually(
-            lambda: again.get_handoff_state("victim")["state"] == "failed", "the reclaim"
+            lambda: again.get_handoff_state("victim")["state"] == "failed",
+            "the reclaim",
+            deadline=DEADLINE,
         )
         assert again.get_handoff_state("victim")["error"] == STRANDED_ERROR
         assert await asyncio.to_thread(again.request_handoff, "victim", "telegram")
         await eventually(
             lambda: again.get_handoff_state("victim")["state"] == "completed",
             "the re-requested delivery",
+            deadline=DEADLINE,
         )
     finally:
         runner.stop()
@@ -410,7 +398,7 @@ def test_a_read_only_file_system_gives_a_clear_error(open_elsewhere: bool, tmp_p
     try:
         if holder is not None:
             holder.get_handoff_state("s")  # a live gateway keeps the -wal and -shm files
-        cli = shlex.join([sys.executable, "-m", "hermes_state.cli", "--url", str(url.database)])
+        cli = shlex.join([*CLI, "--url", str(url.database)])
         place = shlex.quote(str(folder))
         script = (
             f"mount --bind -o ro {place} {place} && "
@@ -452,13 +440,7 @@ def test_a_read_only_file_system_gives_a_clear_error(open_elsewhere: bool, tmp_p
 @pytest.fixture
 def pg_url(migrated_servers: dict[str, URL]) -> URL:
     url = migrated_servers["postgresql"]  # skips when not configured
-    engine = create_engine(sync_url(url))
-    try:
-        with engine.begin() as connection:
-            for table in ("messages", "handoff_events", "sessions"):
-                connection.execute(text(f"DELETE FROM {table}"))
-    finally:
-        engine.dispose()
+    empty_tables(url)
     return url
 
 
@@ -519,7 +501,9 @@ def test_a_connection_killed_mid_transaction_fails_clearly_then_recovers(pg_url:
                 )
                 return bool(killed)
 
-            wait_until(kill_the_waiter, "the completion to wait for the row lock")
+            wait_until(
+                kill_the_waiter, "the completion to wait for the row lock", deadline=DEADLINE
+            )
             worker.join(DEADLINE)
             assert not worker.is_alive()
         finally:
@@ -581,12 +565,14 @@ async def test_a_watcher_on_postgresql_survives_its_connections_being_killed(
         await eventually(
             lambda: store.get_handoff_state("a")["state"] == "completed",
             "the completion on a fresh connection",
+            deadline=DEADLINE,
         )
         # Still serving: a new request wakes it up and is delivered.
         assert await asyncio.to_thread(store.request_handoff, "b", "discord")
         await eventually(
             lambda: store.get_handoff_state("b")["state"] == "completed",
             "the next delivery",
+            deadline=DEADLINE,
         )
     finally:
         runner.stop()
@@ -648,22 +634,6 @@ class FlakyStore:
         return self.calls["handoff_change_token"]
 
 
-@pytest.fixture
-def watched_url(request: pytest.FixtureRequest, tmp_path: Path, migrated_servers: Any) -> URL:
-    backend = request.param
-    if backend == "sqlite":
-        return sqlite_url(tmp_path)
-    url = migrated_servers[backend]
-    engine = create_engine(sync_url(url))
-    try:
-        with engine.begin() as connection:
-            for table in ("messages", "handoff_events", "sessions"):
-                connection.execute(text(f"DELETE FROM {table}"))
-    finally:
-        engine.dispose()
-    return url
-
-
 TICK_BUDGET = 300  # ticks a recovering watcher gets after the faults ran out; it needs a few
 
 
@@ -686,14 +656,14 @@ async def serve_until(
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
-    "watched_url",
+    "backend_url",
     ["sqlite", "postgresql", "mysql"],
     indirect=True,
 )
 async def test_a_watcher_keeps_ticking_through_database_errors_and_catches_up(
-    watched_url: URL,
+    backend_url: URL,
 ) -> None:
-    store = SessionDB(url=watched_url, owner=OWNER, lease_seconds=60.0)
+    store = SessionDB(url=backend_url, owner=OWNER, lease_seconds=60.0)
     ids = ["r1", "r2", "r3"]
     for number, sid in enumerate(ids):
         store.create_session(sid, "cli", started_at=float(number))
@@ -750,11 +720,11 @@ async def test_a_watcher_keeps_ticking_through_database_errors_and_catches_up(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("watched_url", ["sqlite", "postgresql"], indirect=True)
+@pytest.mark.parametrize("backend_url", ["sqlite", "postgresql"], indirect=True)
 async def test_a_claim_whose_answer_was_lost_is_reclaimed_never_delivered_twice(
-    watched_url: URL,
+    backend_url: URL,
 ) -> None:
-    store = SessionDB(url=watched_url, owner=OWNER, lease_seconds=60.0)
+    store = SessionDB(url=backend_url, owner=OWNER, lease_seconds=60.0)
     for number, sid in enumerate(["lost", "fine"]):
         store.create_session(sid, "cli", started_at=float(number))
         assert store.request_handoff(sid, "telegram")

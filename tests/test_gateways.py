@@ -12,29 +12,24 @@ Exactly-once claims by several processes are covered by ``test_concurrency.py``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 import gateway.run as run
 from hermes_state import AsyncSessionDB, SessionDB, schema
-from hermes_state.models import sessions
 
 from .conftest import throwaway_database
-from .digest import forget
+from .processes import Watcher, cli_argv, kill_group, read_pid, wait_until
+from .stores import handoff_row, make_pending
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("HERMES_STATE_TEST_PG_URL", "").strip(),
@@ -58,42 +53,8 @@ INSTANT = "true"
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-
-
-_c = sessions.c
-_COLUMNS = select(
-    _c.handoff_state.label("state"),
-    _c.handoff_owner.label("owner"),
-    _c.handoff_lease_expires_at.label("lease"),
-    _c.handoff_attempt.label("attempt"),
-    _c.handoff_error.label("error"),
-)
-
-
-def handoff_row(db: SessionDB, session_id: str) -> dict[str, Any]:
-    query = _COLUMNS.where(_c.id == session_id)
-    return db._execute_write(lambda conn: dict(conn.execute(query).mappings().one()))
-
-
-def request(db: SessionDB, *session_ids: str) -> None:
-    for session_id in session_ids:
-        db.create_session(session_id, "cli")
-        assert db.request_handoff(session_id, "telegram") is True
-
-
-def kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-class Gateway:
-    """A `hermes-state watch` process; its log (stderr) is collected line by line."""
+class Gateway(Watcher):
+    """A `hermes-state watch` process leading its own process group; killed with the group."""
 
     def __init__(
         self,
@@ -105,12 +66,8 @@ class Gateway:
         lease: float = LEASE,
     ) -> None:
         self.owner = owner
-        argv = [
-            sys.executable,
-            "-m",
-            "hermes_state.cli",
-            "--url",
-            url.render_as_string(hide_password=False),
+        argv = cli_argv(
+            url,
             "watch",
             "--owner",
             owner,
@@ -122,54 +79,15 @@ class Gateway:
             str(max_concurrency),
             "--exec",
             command,
-        ]
-        self.process = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
         )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,))
-        self._reader.start()
-
-    def _read(self, stream: IO[str] | None) -> None:
-        assert stream is not None
-        for line in stream:
-            self.lines.append(line)
-
-    @property
-    def log(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for_log(self, fragment: str) -> None:
-        wait_until(
-            lambda: fragment in self.log or self.process.poll() is not None,
-            f"{fragment!r} in the log of {self.owner}",
-        )
-        assert fragment in self.log, f"{self.owner} exited first; its log:\n{self.log}"
-
-    def assert_alive(self) -> None:
-        assert self.process.poll() is None, f"{self.owner} exited; its log:\n{self.log}"
-
-    def kill(self) -> None:
-        kill_group(self.process.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=DEADLINE)
-        self._reader.join(timeout=DEADLINE)
+        super().__init__(argv, env, name=owner, own_group=True, deadline=DEADLINE)
 
 
 @pytest.fixture
 def pg_url() -> Iterator[URL]:
     with throwaway_database("postgresql") as url:
         schema.upgrade(url)
-        try:
-            yield url
-        finally:
-            forget(url)
+        yield url
 
 
 @pytest.fixture
@@ -221,8 +139,10 @@ def gateways(pg_url: URL, run_dir: Path) -> Iterator[Callable[..., Gateway]]:
 
 def delivery_pid(run_dir: Path, session_id: str) -> int:
     pid_file = run_dir / f"{session_id}.pid"
-    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), "a pid")
-    return int(pid_file.read_text().strip())
+    wait_until(lambda: read_pid(pid_file) is not None, "a pid", deadline=DEADLINE)
+    pid = read_pid(pid_file)
+    assert pid is not None
+    return pid
 
 
 def running_under(db: SessionDB, session_id: str, owner: str) -> Callable[[], bool]:
@@ -240,8 +160,12 @@ def state_is(db: SessionDB, session_id: str, state: str) -> Callable[[], bool]:
 def prove_serving(db: SessionDB, gateway: Gateway, session_id: str) -> None:
     """Request a row only ``gateway`` can take (the other one is full) and wait until it
     delivered it: from then on its startup reclaim is behind it and it polls and upkeeps."""
-    request(db, session_id)
-    wait_until(state_is(db, session_id, "completed"), f"{gateway.owner} to deliver {session_id}")
+    make_pending(db, session_id)
+    wait_until(
+        state_is(db, session_id, "completed"),
+        f"{gateway.owner} to deliver {session_id}",
+        deadline=DEADLINE,
+    )
     actors = {event["actor"] for event in db.handoff_history(session_id)[1:]}
     assert actors == {gateway.owner}, db.handoff_history(session_id)
 
@@ -258,9 +182,9 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
     session_id = "a-long-delivery"
-    request(db, session_id)
+    make_pending(db, session_id)
     gw_a = gateways("gw-a", WAITING, max_concurrency=1)
-    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row")
+    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row", deadline=DEADLINE)
     delivery_pid(run_dir, session_id)
 
     gw_b = gateways("gw-b", INSTANT)
@@ -278,7 +202,11 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
         leases.add(row["lease"])
         return len(leases) >= 3 and max(leases) > lease_when_b_served + 2 * LEASE
 
-    wait_until(renewed_well_past_the_lease, "gw-a to renew its lease well past its length")
+    wait_until(
+        renewed_well_past_the_lease,
+        "gw-a to renew its lease well past its length",
+        deadline=DEADLINE,
+    )
     gw_a.assert_alive()
     gw_b.assert_alive()
     assert session_id not in gw_b.log, gw_b.log
@@ -286,14 +214,16 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
     assert [e["to_state"] for e in db.handoff_history(session_id)] == ["pending", "running"]
 
     (run_dir / "go").touch()
-    wait_until(state_is(db, session_id, "completed"), "gw-a to finish its delivery")
+    wait_until(
+        state_is(db, session_id, "completed"), "gw-a to finish its delivery", deadline=DEADLINE
+    )
     event = db.handoff_history(session_id)[-1]
     assert (event["from_state"], event["to_state"], event["actor"]) == (
         "running",
         "completed",
         "gw-a",
     )
-    gw_a.wait_for_log(f"handoff {session_id} completed")
+    gw_a.wait_for_line(f"handoff {session_id} completed")
     assert session_id not in gw_b.log, gw_b.log
 
 
@@ -308,9 +238,9 @@ def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
     record_property: Callable[[str, object], None],
 ) -> None:
     session_id = "killed-mid-delivery"
-    request(db, session_id)
+    make_pending(db, session_id)
     gw_a = gateways("gw-a", WAITING, max_concurrency=1)
-    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row")
+    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row", deadline=DEADLINE)
     command = delivery_pid(run_dir, session_id)
     gw_b = gateways("gw-b", INSTANT)
     prove_serving(db, gw_b, "b-probe")
@@ -321,7 +251,7 @@ def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
     killed_at = time.monotonic()
     assert gw_a.process.wait(timeout=DEADLINE) == -signal.SIGKILL
 
-    wait_until(state_is(db, session_id, "failed"), "gw-b to fail gw-a's row")
+    wait_until(state_is(db, session_id, "failed"), "gw-b to fail gw-a's row", deadline=DEADLINE)
     took = time.monotonic() - killed_at
     nominal = LEASE + LEASE / 3 + 3 * INTERVAL
     report(
@@ -342,12 +272,14 @@ def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
         "gw-b",
     )
     assert "/handoff" in event["detail"]
-    gw_b.wait_for_log(f"reclaimed {session_id}")
+    gw_b.wait_for_line(f"reclaimed {session_id}")
     gw_b.assert_alive()
 
     # Failed, never re-queued: the user runs /handoff again and a gateway delivers it.
     assert db.request_handoff(session_id, "telegram") is True
-    wait_until(state_is(db, session_id, "completed"), "gw-b to deliver the new request")
+    wait_until(
+        state_is(db, session_id, "completed"), "gw-b to deliver the new request", deadline=DEADLINE
+    )
 
 
 def test_a_restarted_gateway_fails_its_previous_lifes_row_at_once(
@@ -356,9 +288,9 @@ def test_a_restarted_gateway_fails_its_previous_lifes_row_at_once(
     """Same owner, new process: its own dead claim is failed at startup, long before the
     lease would have expired (the lease is far longer than the test's deadline)."""
     session_id = "died-with-its-gateway"
-    request(db, session_id)
+    make_pending(db, session_id)
     first_life = gateways("gw-a", WAITING, lease=LONG_LEASE)
-    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row")
+    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row", deadline=DEADLINE)
     command = delivery_pid(run_dir, session_id)
     kill_group(first_life.process.pid)
     kill_group(command)
@@ -368,8 +300,12 @@ def test_a_restarted_gateway_fails_its_previous_lifes_row_at_once(
     assert lease > time.time() + LONG_LEASE - DEADLINE  # still live for longer than we wait
 
     second_life = gateways("gw-a", INSTANT, lease=LONG_LEASE)
-    wait_until(state_is(db, session_id, "failed"), "gw-a's next life to fail its dead claim")
-    second_life.wait_for_log(f"reclaimed {session_id} (root): left running by a stopped gateway")
+    wait_until(
+        state_is(db, session_id, "failed"),
+        "gw-a's next life to fail its dead claim",
+        deadline=DEADLINE,
+    )
+    second_life.wait_for_line(f"reclaimed {session_id} (root): left running by a stopped gateway")
     event = db.handoff_history(session_id)[-1]
     assert (event["from_state"], event["to_state"], event["actor"]) == (
         "running",
@@ -386,22 +322,26 @@ def test_a_hung_gateway_that_resumes_after_the_rescue_has_its_result_discarded(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
     session_id = "hung-delivery"
-    request(db, session_id)
+    make_pending(db, session_id)
     gw_a = gateways("gw-a", WAITING, max_concurrency=1)
-    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row")
+    wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row", deadline=DEADLINE)
     delivery_pid(run_dir, session_id)
     gw_b = gateways("gw-b", INSTANT)
     prove_serving(db, gw_b, "b-probe")
 
     os.kill(gw_a.process.pid, signal.SIGSTOP)  # gw-a hangs (its delivery command does not)
     try:
-        wait_until(state_is(db, session_id, "failed"), "gw-b to rescue the hung gateway's row")
+        wait_until(
+            state_is(db, session_id, "failed"),
+            "gw-b to rescue the hung gateway's row",
+            deadline=DEADLINE,
+        )
         rescued = handoff_row(db, session_id)
         (run_dir / "go").touch()  # the delivery finishes while gw-a cannot notice
     finally:
         os.kill(gw_a.process.pid, signal.SIGCONT)
 
-    gw_a.wait_for_log(f"the completion of {session_id} was discarded")
+    gw_a.wait_for_line(f"the completion of {session_id} was discarded")
     gw_a.assert_alive()
     assert handoff_row(db, session_id) == rescued
     assert "/handoff" in rescued["error"]
@@ -417,7 +357,7 @@ def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     ids = ["zombie-direct", "zombie-delivered", "zombie-raised"]
-    request(db, *ids)
+    make_pending(db, *ids)
     # The zombie: a gateway's store whose claims are never renewed (its gateway hung).
     with SessionDB(url=pg_url, owner="gw-a", lease_seconds=1.0) as zombie:
         for session_id in ids:
@@ -426,7 +366,11 @@ def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
 
         gateways("gw-b", INSTANT)
         for session_id in ids:
-            wait_until(state_is(db, session_id, "failed"), f"gw-b to rescue {session_id}")
+            wait_until(
+                state_is(db, session_id, "failed"),
+                f"gw-b to rescue {session_id}",
+                deadline=DEADLINE,
+            )
         rescued = {sid: handoff_row(db, sid) for sid in ids}
         assert all("/handoff" in row["error"] for row in rescued.values())
         assert {db.handoff_history(sid)[-1]["actor"] for sid in ids} == {"gw-b"}

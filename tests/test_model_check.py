@@ -18,9 +18,7 @@ The default run is small. The long run is opt-in:
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -38,10 +36,11 @@ from hypothesis.stateful import (
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL
 
-from hermes_state import SessionDB, schema
+from hermes_state import SessionDB
 from hermes_state.repository import STRANDED_ERROR
-from tests.conftest import sqlite_url, throwaway_database
-from tests.digest import forget, sync_url
+from tests.conftest import database_at_head, empty_tables
+from tests.digest import sync_url
+from tests.stores import HandClock
 
 START = 1_000_000.0
 INITIAL = ("s0", "s1")
@@ -89,16 +88,6 @@ def clean(error: str) -> str:
     return error[:ERROR_LIMIT].replace("\x00", "\ufffd")
 
 
-class Clock:
-    """The time every store of one example reads; only the machine moves it."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Row:
     """The model of one session's handoff columns."""
@@ -144,12 +133,6 @@ SELECT_EVENTS = text(
 Event = tuple[str, str | None, str, float, str | None, int | None, str | None]
 
 
-def empty_tables(checker: Engine) -> None:
-    with checker.begin() as connection:
-        for table in ("messages", "handoff_events", "sessions"):
-            connection.execute(text(f"DELETE FROM {table}"))
-
-
 class HandoffMachine(RuleBasedStateMachine):
     """Drives real stores and the model side by side; set ``url`` and ``checker`` first."""
 
@@ -159,7 +142,7 @@ class HandoffMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         empty_tables(self.checker)
-        self.clock = Clock()
+        self.clock = HandClock(START)  # every store of one example reads it; only rules move it
         self.stores: dict[str, SessionDB] = {}
         self.ledgers: dict[str, dict[str, int]] = {}
         for gateway in GATEWAYS:
@@ -464,24 +447,8 @@ def by_session(events: list[Event]) -> dict[str, list[Event]]:
 # -- running it ---------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def fresh_database(backend: str, folder: Path) -> Iterator[URL]:
-    """One database at head for the whole hypothesis run."""
-    if backend == "sqlite":
-        url = sqlite_url(folder)
-        SessionDB(url=url).close()
-        yield url
-        return
-    with throwaway_database(backend) as url:
-        schema.upgrade(url)
-        try:
-            yield url
-        finally:
-            forget(url)
-
-
 def run_model_check(backend: str, folder: Path, examples: int, steps: int) -> None:
-    with fresh_database(backend, folder) as url:
+    with database_at_head(backend, folder) as url:
         checker = create_engine(sync_url(url))
 
         class Machine(HandoffMachine):

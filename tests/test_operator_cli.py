@@ -10,11 +10,9 @@ whole database. No command may print a traceback.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,85 +21,39 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 from hermes_state import SessionDB, schema
-from hermes_state.cli import main
 from hermes_state.repository import STRANDED_ERROR
-from tests.conftest import sqlite_url, throwaway_database
+from tests.conftest import CliResult, database_at_head, sqlite_url, url_arg
 from tests.digest import database_digest, sync_url
+from tests.stores import put
 
 HEAD = schema.HEAD_REVISION
 PREVIOUS = "0002_handoff_leases"
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def url_arg(url: URL) -> str:
-    return url.render_as_string(hide_password=False)
-
-
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """``hermes-state ARGS...`` in-process; never a traceback, whatever the outcome."""
-
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        assert "Traceback" not in captured.err, captured.err
-        assert "Traceback" not in captured.out, captured.out
-        return Result(code, captured.out, captured.err)
-
-    return run
-
-
-@pytest.fixture
-def stores(backend_url: URL) -> Iterator[Callable[..., SessionDB]]:
+def stores(new_store: Callable[..., SessionDB]) -> Callable[..., SessionDB]:
     """Open stores on the test's database (closed at the end); ``ago`` sets the clock back."""
-    opened: list[SessionDB] = []
 
     def make(*, ago: float = 0.0, **options: Any) -> SessionDB:
         clock = (lambda: time.time() - ago) if ago else time.time
-        db = SessionDB(url=backend_url, clock=clock, **options)
-        opened.append(db)
-        return db
+        return new_store(clock=clock, **options)
 
-    yield make
-    for db in opened:
-        db.close()
+    return make
 
 
 @pytest.fixture
-def on(backend_url: URL, cli: Callable[..., Result]) -> Callable[..., Result]:
+def on(backend_url: URL, cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
     """``hermes-state --url <the test's database> ARGS...``."""
     target = url_arg(backend_url)
     return lambda *argv: cli("--url", target, *argv)
 
 
-def put(db: SessionDB, session_id: str, state: str | None, error: str = "it broke") -> None:
-    db.create_session(session_id, "cli")
-    if state is None:
-        return
-    assert db.request_handoff(session_id, "telegram")
-    if state == "pending":
-        return
-    assert db.claim_handoff(session_id)
-    if state == "completed":
-        assert db.complete_handoff(session_id)
-    elif state == "failed":
-        assert db.fail_handoff(session_id, error)
-
-
 # -- handoff history ---------------------------------------------------------------------------
 
 
-def test_history_oldest_first(stores: Callable[..., SessionDB], on: Callable[..., Result]) -> None:
+def test_history_oldest_first(
+    stores: Callable[..., SessionDB], on: Callable[..., CliResult]
+) -> None:
     api = stores(ago=60)
     put(api, "s1", "failed", error="the platform said no")
     put(api, "quiet", None)
@@ -150,7 +102,7 @@ def test_history_oldest_first(stores: Callable[..., SessionDB], on: Callable[...
 
 
 def test_history_of_pruned_session_is_empty_not_unknown(
-    stores: Callable[..., SessionDB], on: Callable[..., Result]
+    stores: Callable[..., SessionDB], on: Callable[..., CliResult]
 ) -> None:
     put(stores(ago=30 * 86400), "old", "completed")
     assert on("handoff", "prune-events", "--older-than", "1").code == 0
@@ -162,9 +114,9 @@ def test_history_of_pruned_session_is_empty_not_unknown(
 # -- handoff prune-events ----------------------------------------------------------------------
 
 
-def test_prune_events(stores: Callable[..., SessionDB], on: Callable[..., Result]) -> None:
+def test_prune_events(stores: Callable[..., SessionDB], on: Callable[..., CliResult]) -> None:
     put(stores(ago=10 * 86400), "old", "completed")  # three events ten days back
-    put(stores(ago=3 * 86400), "middle", "failed")  # three events three days back
+    put(stores(ago=3 * 86400), "middle", "failed", error="it broke")  # three events three days back
     put(stores(), "new", "pending")  # one event now
 
     kept = on("handoff", "prune-events", "--older-than", "20", "--json")
@@ -190,7 +142,7 @@ def test_prune_events(stores: Callable[..., SessionDB], on: Callable[..., Result
 
 @pytest.mark.parametrize("days", ["0", "-1", "abc"])
 def test_prune_events_refuses_bad_ages(
-    stores: Callable[..., SessionDB], on: Callable[..., Result], backend_url: URL, days: str
+    stores: Callable[..., SessionDB], on: Callable[..., CliResult], backend_url: URL, days: str
 ) -> None:
     put(stores(ago=10 * 86400), "old", "completed")
     before = database_digest(backend_url)
@@ -202,7 +154,7 @@ def test_prune_events_refuses_bad_ages(
 
 
 def test_prune_events_needs_an_age(
-    on: Callable[..., Result], stores: Callable[..., SessionDB]
+    on: Callable[..., CliResult], stores: Callable[..., SessionDB]
 ) -> None:
     stores()  # the database exists
     result = on("handoff", "prune-events")
@@ -229,7 +181,7 @@ def running_rows(stores: Callable[..., SessionDB]) -> None:
 
 @pytest.mark.usefixtures("running_rows")
 def test_reclaim_dry_run_lists_and_changes_nothing(
-    on: Callable[..., Result], backend_url: URL
+    on: Callable[..., CliResult], backend_url: URL
 ) -> None:
     before = database_digest(backend_url)
 
@@ -270,7 +222,7 @@ def test_reclaim_dry_run_lists_and_changes_nothing(
 
 @pytest.mark.usefixtures("running_rows")
 def test_reclaim_leaves_live_leases_alone_unless_all(
-    on: Callable[..., Result], stores: Callable[..., SessionDB]
+    on: Callable[..., CliResult], stores: Callable[..., SessionDB]
 ) -> None:
     reader = stores()
     reclaimed = on("handoff", "reclaim", "--json")
@@ -311,10 +263,10 @@ def test_reclaim_leaves_live_leases_alone_unless_all(
 
 
 def test_retry(
-    stores: Callable[..., SessionDB], on: Callable[..., Result], backend_url: URL
+    stores: Callable[..., SessionDB], on: Callable[..., CliResult], backend_url: URL
 ) -> None:
     db = stores()
-    put(db, "s1", "failed")
+    put(db, "s1", "failed", error="it broke")
 
     result = on("handoff", "retry", "s1")
     assert result.code == 0, result.err
@@ -357,7 +309,10 @@ def test_retry(
 
 @pytest.mark.parametrize("state", [None, "pending", "running", "completed"])
 def test_retry_from_a_state_that_is_not_failed(
-    stores: Callable[..., SessionDB], on: Callable[..., Result], backend_url: URL, state: str | None
+    stores: Callable[..., SessionDB],
+    on: Callable[..., CliResult],
+    backend_url: URL,
+    state: str | None,
 ) -> None:
     put(stores(), "s1", state)
     before = database_digest(backend_url)
@@ -370,7 +325,7 @@ def test_retry_from_a_state_that_is_not_failed(
 # -- handoff stats -----------------------------------------------------------------------------
 
 
-def test_stats(stores: Callable[..., SessionDB], on: Callable[..., Result]) -> None:
+def test_stats(stores: Callable[..., SessionDB], on: Callable[..., CliResult]) -> None:
     put(stores(ago=500), "p-old", "pending")
     put(stores(), "p-new", "pending")
     live = stores(owner="gw-live", lease_seconds=3600)
@@ -440,7 +395,7 @@ def test_stats(stores: Callable[..., SessionDB], on: Callable[..., Result]) -> N
 
 
 def test_stats_of_an_idle_database(
-    stores: Callable[..., SessionDB], on: Callable[..., Result]
+    stores: Callable[..., SessionDB], on: Callable[..., CliResult]
 ) -> None:
     put(stores(), "never", None)
     stats = on("handoff", "stats", "--json").json()
@@ -459,13 +414,7 @@ def test_stats_of_an_idle_database(
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])
 def own_database(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[URL]:
     """A database at head that this test alone uses (its schema is changed)."""
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        schema.upgrade(url)
-        yield url
-        return
-    with throwaway_database(request.param) as url:
-        schema.upgrade(url)
+    with database_at_head(request.param, tmp_path) as url:
         yield url
 
 
@@ -479,7 +428,7 @@ def _alter(url: URL, *statements: str) -> None:
         engine.dispose()
 
 
-def test_check_names_each_difference(own_database: URL, cli: Callable[..., Result]) -> None:
+def test_check_names_each_difference(own_database: URL, cli: Callable[..., CliResult]) -> None:
     target = url_arg(own_database)
     clean = cli("--url", target, "db", "check")
     assert clean.code == 0, clean.out + clean.err
@@ -505,7 +454,7 @@ def test_check_names_each_difference(own_database: URL, cli: Callable[..., Resul
 
 
 def test_check_ignores_columns_the_models_do_not_know(
-    own_database: URL, cli: Callable[..., Result]
+    own_database: URL, cli: Callable[..., CliResult]
 ) -> None:
     # Adopted state.db files carry columns of older hermes versions: not drift (DESIGN.md).
     _alter(own_database, "ALTER TABLE sessions ADD COLUMN operator_note VARCHAR(40)")
@@ -514,7 +463,9 @@ def test_check_ignores_columns_the_models_do_not_know(
     assert result.json()["differences"] == []
 
 
-def test_history_marks_the_current_revision(own_database: URL, cli: Callable[..., Result]) -> None:
+def test_history_marks_the_current_revision(
+    own_database: URL, cli: Callable[..., CliResult]
+) -> None:
     target = url_arg(own_database)
 
     at_head = cli("--url", target, "db", "history")
@@ -541,7 +492,7 @@ def test_history_marks_the_current_revision(own_database: URL, cli: Callable[...
 
 
 def test_stats_ages_a_pending_row_written_by_an_older_writer(
-    tmp_path: Any, cli: Callable[..., Result]
+    tmp_path: Any, cli: Callable[..., CliResult]
 ) -> None:
     # DESIGN.md: writers that do not know the new columns (older hermes, raw SQL) keep working
     # on an adopted file. Such a writer requests a handoff by setting the state alone.

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 from gateway.run import RECLAIM_MESSAGE
 from hermes_state import InvalidInputError, InvalidInputTypeError, SessionDB
-from hermes_state.models import sessions
 
 from .digest import database_digest
+from .stores import HandClock, handoff_row, make_pending
 
 START = 1_700_000_000.0  # the shared clock's first reading
 SHORT = 10.0  # a lease that the tests let expire
@@ -33,41 +32,21 @@ LATER = 100.0  # how far the clock moves to expire SHORT leases but not LONG one
 StoreFactory = Callable[..., SessionDB]
 
 
-class Clock:
-    """A clock the test moves by hand; every store of a test reads the same one."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+@pytest.fixture
+def clock() -> HandClock:
+    return HandClock(START)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def open_store(backend_url: URL, clock: Clock) -> Iterator[StoreFactory]:
+def open_store(new_store: StoreFactory, clock: HandClock) -> StoreFactory:
     """Opens gateways (stores with an owner) and operators (without) on the test's database."""
-    opened: list[SessionDB] = []
 
     def factory(
         owner: str | None = None, lease_seconds: float | None = None, **options: Any
     ) -> SessionDB:
-        db = SessionDB(
-            url=backend_url, owner=owner, lease_seconds=lease_seconds, clock=clock, **options
-        )
-        opened.append(db)
-        return db
+        return new_store(owner=owner, lease_seconds=lease_seconds, clock=clock, **options)
 
-    yield factory
-    for db in opened:
-        db.close()
+    return factory
 
 
 @pytest.fixture
@@ -76,30 +55,8 @@ def admin(open_store: StoreFactory) -> SessionDB:
     return open_store()
 
 
-_c = sessions.c
-_COLUMNS = select(
-    _c.handoff_state.label("state"),
-    _c.handoff_owner.label("owner"),
-    _c.handoff_lease_expires_at.label("lease"),
-    _c.handoff_attempt.label("attempt"),
-    _c.handoff_error.label("error"),
-)
-
-
-def handoff_row(db: SessionDB, session_id: str) -> dict[str, Any]:
-    """The handoff columns of one session, including owner, lease and attempt."""
-    query = _COLUMNS.where(_c.id == session_id)
-    return db._execute_write(lambda conn: dict(conn.execute(query).mappings().one()))
-
-
-def requested(db: SessionDB, *session_ids: str) -> None:
-    for session_id in session_ids:
-        db.create_session(session_id, "cli")
-        assert db.request_handoff(session_id, "telegram") is True
-
-
 def claimed_by(db: SessionDB, *session_ids: str, setup: SessionDB) -> None:
-    requested(setup, *session_ids)
+    make_pending(setup, *session_ids)
     for session_id in session_ids:
         assert db.claim_handoff(session_id) is True
 
@@ -114,9 +71,9 @@ def last_event(db: SessionDB, session_id: str) -> dict[str, Any]:
 
 
 def test_a_claim_stamps_owner_lease_and_a_new_attempt(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
-    requested(admin, "s1")
+    make_pending(admin, "s1")
     assert handoff_row(admin, "s1")["attempt"] == 0
     gw_a = open_store("gw-a", 30)
     gw_b = open_store("gw-b", 45)
@@ -165,7 +122,7 @@ def test_a_claim_stamps_owner_lease_and_a_new_attempt(
 
 
 def test_an_owner_without_lease_seconds_stamps_its_claims_without_a_lease(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     gw_a = open_store("gw-a")
     assert (gw_a.owner, gw_a.lease_seconds, gw_a.actor) == ("gw-a", None, "gw-a")
@@ -200,13 +157,13 @@ def test_an_owner_without_lease_seconds_stamps_its_claims_without_a_lease(
 
 
 def test_renewal_extends_only_the_leases_this_owner_still_holds(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     gw_a = open_store("gw-a", 30)
     gw_b = open_store("gw-b", 30)
     claimed_by(gw_a, "x", "y", setup=admin)
     claimed_by(gw_b, "z", setup=admin)
-    requested(admin, "waiting")
+    make_pending(admin, "waiting")
 
     clock.advance(10)
     renewed = gw_a.renew_handoff_leases(["x", "y", "z", "waiting", "unknown", "x"])
@@ -245,7 +202,7 @@ def test_renewal_extends_only_the_leases_this_owner_still_holds(
 
 
 def test_stores_without_a_lease_renew_nothing(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     claimed_by(admin, "s1", setup=admin)
     unleased = open_store("gw-a")
@@ -263,7 +220,7 @@ RUNNING = ["expired-d", "live-b", "no-lease-c", "own-expired", "own-live", "unle
 NOT_RUNNING = {"pending": "pending", "completed": "completed", "failed": "failed", "never": None}
 
 
-def populate(open_store: StoreFactory, admin: SessionDB, clock: Clock) -> None:
+def populate(open_store: StoreFactory, admin: SessionDB, clock: HandClock) -> None:
     """Six running rows in every situation a reclaim must tell apart, and rows not running.
 
     Claims happen at START; the clock then moves LATER, so SHORT leases have expired and LONG
@@ -277,7 +234,7 @@ def populate(open_store: StoreFactory, admin: SessionDB, clock: Clock) -> None:
     claimed_by(previous_life, "own-expired", setup=admin)
     claimed_by(open_store("gw-a", LONG), "own-live", setup=admin)
 
-    requested(admin, "pending", "completed", "failed")
+    make_pending(admin, "pending", "completed", "failed")
     assert admin.claim_handoff("completed") is True
     assert admin.complete_handoff("completed") is True
     assert admin.fail_handoff("failed", "earlier failure") is True
@@ -318,7 +275,7 @@ def expected_reason(session_id: str, reclaimer: str | None) -> str:
 def test_a_reclaim_fails_exactly_what_its_preview_lists(
     open_store: StoreFactory,
     admin: SessionDB,
-    clock: Clock,
+    clock: HandClock,
     backend_url: URL,
     owner: str | None,
     scope: str,
@@ -367,7 +324,7 @@ def test_a_reclaim_fails_exactly_what_its_preview_lists(
 
 
 def test_a_lease_counts_as_live_until_the_clock_passes_it(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     claimed_by(open_store("gw-a", SHORT), "s1", setup=admin)
     gw_b = open_store("gw-b", SHORT)
@@ -381,7 +338,7 @@ def test_a_lease_counts_as_live_until_the_clock_passes_it(
 
 
 def test_a_reclaim_records_the_stores_actor(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     claimed_by(open_store("gw-a", SHORT), "s1", setup=admin)
     clock.advance(LATER)
@@ -396,7 +353,7 @@ def test_a_reclaim_records_the_stores_actor(
 
 
 def test_a_rescued_claim_cannot_finish_the_row_it_lost(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     gw_a = open_store("gw-a", SHORT)
     gw_b = open_store("gw-b", SHORT)
@@ -416,7 +373,7 @@ def test_a_rescued_claim_cannot_finish_the_row_it_lost(
 
 
 def test_a_rescued_claim_cannot_finish_another_gateways_new_attempt(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     gw_a = open_store("gw-a", SHORT)
     gw_b = open_store("gw-b", SHORT)
@@ -486,7 +443,7 @@ def test_a_refused_finish_leaves_the_old_life_fenced(
 
 
 def test_a_store_that_claims_again_may_finish_its_new_attempt(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     gw_a = open_store("gw-a", SHORT)
     claimed_by(gw_a, "s1", setup=admin)
@@ -587,7 +544,7 @@ def race(*calls: Callable[[], list[str]]) -> list[list[str]]:
 
 
 def test_concurrent_reclaims_fail_each_expired_row_exactly_once(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     claimed_by(open_store("gw-dead", SHORT), *RACE_ROWS, setup=admin)
     clock.advance(LATER)
@@ -605,7 +562,7 @@ def test_concurrent_reclaims_fail_each_expired_row_exactly_once(
 
 
 def test_a_renewal_racing_a_reclaim_never_keeps_a_row_the_reclaim_failed(
-    open_store: StoreFactory, admin: SessionDB, clock: Clock
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock
 ) -> None:
     holder = open_store("gw-a", SHORT)
     claimed_by(holder, *RACE_ROWS, setup=admin)

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,39 +30,12 @@ from hermes_state import SessionDB, schema
 from hermes_state.cli import main
 from hermes_state.models import handoff_events, messages, sessions
 from hermes_state.promotion import COPIED_TABLES, CopyConflictError, copy_database
-from tests.conftest import sqlite_url, throwaway_database
-from tests.digest import database_digest, forget, sync_url
+from tests.conftest import CliResult, database_at_head, sqlite_url, throwaway_database, url_arg
+from tests.digest import database_digest, sync_url
 from tests.legacy import build_legacy_db
 
 T0 = 1_700_000_000.0
 PREVIOUS = "0002_handoff_leases"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        assert "Traceback" not in captured.err, captured.err
-        assert "Traceback" not in captured.out, captured.out
-        return Result(code, captured.out, captured.err)
-
-    return run
-
-
-def url_arg(url: URL) -> str:
-    return url.render_as_string(hide_password=False)
 
 
 class Clock:
@@ -79,23 +50,6 @@ class Clock:
 # -- databases -----------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def target_database(backend: str, folder: Path) -> Iterator[URL]:
-    """An empty database at head: a new SQLite file, or a throwaway server database."""
-    if backend == "sqlite":
-        folder.mkdir()
-        url = sqlite_url(folder)
-        schema.upgrade(url)
-        yield url
-        return
-    with throwaway_database(backend) as url:
-        try:
-            schema.upgrade(url)
-            yield url
-        finally:
-            forget(url)  # the digest's pooled connections, before the database is dropped
-
-
 @pytest.fixture
 def source(tmp_path: Path) -> URL:
     """A SQLite file with something in every column and state worth copying."""
@@ -108,13 +62,13 @@ def source(tmp_path: Path) -> URL:
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
-    with target_database(request.param, tmp_path / "target") as url:
+    with database_at_head(request.param, tmp_path / "target") as url:
         yield url
 
 
 @pytest.fixture
 def pg_target(tmp_path: Path) -> Iterator[URL]:
-    with target_database("postgresql", tmp_path / "target") as url:
+    with database_at_head("postgresql", tmp_path / "target") as url:
         yield url
 
 
@@ -234,14 +188,16 @@ def execute(url: URL, *statements: Any) -> None:
         engine.dispose()
 
 
-def table_reports(result: Result) -> dict[str, dict[str, int]]:
+def table_reports(result: CliResult) -> dict[str, dict[str, int]]:
     return {table["table"]: table for table in result.json()["tables"]}
 
 
 # -- round trip, idempotence, and using the target afterwards ------------------------------------
 
 
-def test_round_trip_then_nothing_more(source: URL, target: URL, cli: Callable[..., Result]) -> None:
+def test_round_trip_then_nothing_more(
+    source: URL, target: URL, cli: Callable[..., CliResult]
+) -> None:
     expected = copied_rows(source)
     assert {name: len(rows) for name, rows in expected.items()} == {
         "sessions": 11,
@@ -303,7 +259,7 @@ def test_round_trip_then_nothing_more(source: URL, target: URL, cli: Callable[..
 
 
 def test_copy_reports_progress_batch_by_batch(source: URL, tmp_path: Path) -> None:
-    with target_database("sqlite", tmp_path / "target") as target:
+    with database_at_head("sqlite", tmp_path / "target") as target:
         calls: list[tuple[str, int, int]] = []
         report = copy_database(
             source, target, batch_size=5, progress=lambda *args: calls.append(args)
@@ -325,7 +281,7 @@ def test_copy_leaves_legacy_columns_behind(source: URL, tmp_path: Path) -> None:
             connection.exec_driver_sql("UPDATE sessions SET legacy_note = 'old hermes'")
     finally:
         engine.dispose()
-    with target_database("sqlite", tmp_path / "target") as target:
+    with database_at_head("sqlite", tmp_path / "target") as target:
         copy_database(source, target)
         assert copied_rows(target) == copied_rows(source)
 
@@ -347,7 +303,7 @@ def test_an_adopted_legacy_file_is_promoted(tmp_path: Path, pg_target: URL) -> N
 
 
 def test_a_transcript_without_its_session_is_reported_cleanly(
-    source: URL, tmp_path: Path, cli: Callable[..., Result]
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     engine = _engine(source)
     try:
@@ -435,10 +391,10 @@ def test_a_killed_copy_resumes(source: URL, pg_target: URL, tmp_path: Path) -> N
 
 
 def test_resume_reports_what_was_already_there(
-    source: URL, tmp_path: Path, cli: Callable[..., Result]
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     """A partial target (as a killed copy leaves it): the rest is copied, the rest counted."""
-    with target_database("sqlite", tmp_path / "target") as target:
+    with database_at_head("sqlite", tmp_path / "target") as target:
         rows = copied_rows(source)["sessions"]
         names = [column.name for column in sessions.columns]
         execute(
@@ -456,9 +412,9 @@ def test_resume_reports_what_was_already_there(
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_differing_row_stops_the_copy_unless_forced(
-    source: URL, tmp_path: Path, cli: Callable[..., Result], backend: str
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult], backend: str
 ) -> None:
-    with target_database(backend, tmp_path / "target") as target:
+    with database_at_head(backend, tmp_path / "target") as target:
         assert cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target)).code == 0
         # The target drifts: one session edited there, one message lost; the source grows.
         execute(
@@ -496,24 +452,21 @@ def test_a_differing_row_stops_the_copy_unless_forced(
 
 @pytest.mark.parametrize("revision", [None, PREVIOUS], ids=["empty", "previous"])
 def test_a_target_behind_head_is_refused(
-    source: URL, cli: Callable[..., Result], revision: str | None
+    source: URL, cli: Callable[..., CliResult], revision: str | None
 ) -> None:
     with throwaway_database("postgresql") as target:
-        try:
-            if revision is not None:
-                schema.upgrade(target, revision)
-            before = database_digest(target)
-            result = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
-            assert result.code == 1
-            assert "db upgrade" in result.err
-            assert result.out == ""
-            assert schema.revision_of(target) == revision
-            assert database_digest(target) == before
-        finally:
-            forget(target)
+        if revision is not None:
+            schema.upgrade(target, revision)
+        before = database_digest(target)
+        result = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+        assert result.code == 1
+        assert "db upgrade" in result.err
+        assert result.out == ""
+        assert schema.revision_of(target) == revision
+        assert database_digest(target) == before
 
 
-def test_same_source_and_target_is_bad_input(source: URL, cli: Callable[..., Result]) -> None:
+def test_same_source_and_target_is_bad_input(source: URL, cli: Callable[..., CliResult]) -> None:
     path = source.database
     assert path is not None
     before = database_digest(source)
@@ -524,7 +477,7 @@ def test_same_source_and_target_is_bad_input(source: URL, cli: Callable[..., Res
     assert database_digest(source) == before
 
 
-def test_same_server_database_under_two_drivers_is_bad_input(cli: Callable[..., Result]) -> None:
+def test_same_server_database_under_two_drivers_is_bad_input(cli: Callable[..., CliResult]) -> None:
     # Refused before connecting, so no server is needed; the password is never printed.
     result = cli(
         "--url",
@@ -540,7 +493,7 @@ def test_same_server_database_under_two_drivers_is_bad_input(cli: Callable[..., 
 
 
 def test_missing_to_is_bad_input(
-    source: URL, tmp_path: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("HERMES_STATE_COPY_TO", raising=False)
     result = cli("--url", url_arg(source), "db", "copy")
@@ -557,7 +510,7 @@ def test_missing_to_is_bad_input(
 
 @pytest.mark.parametrize("size", ["0", "-5", "many"])
 def test_bad_batch_size_is_bad_input(
-    source: URL, tmp_path: Path, cli: Callable[..., Result], size: str
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult], size: str
 ) -> None:
     target = tmp_path / "target.db"
     result = cli("--url", url_arg(source), "db", "copy", "--to", str(target), "--batch-size", size)
@@ -566,7 +519,7 @@ def test_bad_batch_size_is_bad_input(
 
 
 def test_a_missing_source_is_refused_and_not_created(
-    tmp_path: Path, cli: Callable[..., Result]
+    tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     missing = tmp_path / "nowhere" / "state.db"
     result = cli("--url", str(missing), "db", "copy", "--to", str(tmp_path / "target.db"))

@@ -7,110 +7,31 @@ killing or stopping the watcher. Waits are polls with deadlines, never fixed sle
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from hermes_state import SessionDB
+from tests.processes import (
+    Watcher,
+    cli_argv,
+    group_is_gone,
+    kill_group,
+    read_pid,
+    run_cli,
+    wait_until,
+)
 
-DEADLINE = 30.0
 SESSION = "crash-me"
 
 # The delivery hangs after recording its pid; `exec` keeps that pid for the sleep itself.
 HANGING_COMMAND = 'echo $$ > "$PID_FILE"; exec sleep 600'
-
-
-def cli(url: Path, *argv: str) -> list[str]:
-    return [sys.executable, "-m", "hermes_state.cli", "--url", str(url), *argv]
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def read_pid(pid_file: Path) -> int | None:
-    try:
-        text = pid_file.read_text().strip()
-    except FileNotFoundError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def group_is_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def kill_group(pgid: int | None) -> None:
-    if pgid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-
-
-class Watcher:
-    """A `hermes-state watch` process whose stderr is collected line by line as it comes."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,))
-        self._reader.start()
-
-    def _read(self, stream: IO[str] | None) -> None:
-        assert stream is not None
-        for line in stream:
-            self.lines.append(line)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for_line(self, fragment: str) -> None:
-        wait_until(
-            lambda: fragment in self.stderr or self.process.poll() is not None,
-            f"{fragment!r} in the watcher's log",
-        )
-        assert fragment in self.stderr, f"the watcher exited first; its log:\n{self.stderr}"
-
-    def wait(self) -> int:
-        try:
-            code = self.process.wait(timeout=DEADLINE)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the watcher did not exit; its log:\n{self.stderr}")
-        self._reader.join(timeout=DEADLINE)
-        return code
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._reader.join(timeout=DEADLINE)
 
 
 class ShortLivedStore:
@@ -164,15 +85,7 @@ def state_of(db: ShortLivedStore) -> dict[str, str | None]:
 
 
 def run_once(db_path: Path, env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:
-    finished = subprocess.run(
-        cli(db_path, "watch", "--once", "--exec", command),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
+    finished = run_cli(db_path, "watch", "--once", "--exec", command, env=env)
     assert "Traceback" not in finished.stderr
     assert finished.returncode == 0, finished.stderr
     return finished
@@ -181,7 +94,9 @@ def run_once(db_path: Path, env: dict[str, str], command: str) -> subprocess.Com
 def test_a_killed_watcher_strands_its_row_until_the_next_start(
     db: ShortLivedStore, db_path: Path, pid_file: Path, env: dict[str, str]
 ) -> None:
-    watcher = Watcher(cli(db_path, "watch", "--interval", "0.05", "--exec", HANGING_COMMAND), env)
+    watcher = Watcher(
+        cli_argv(db_path, "watch", "--interval", "0.05", "--exec", HANGING_COMMAND), env
+    )
     delivery_pid = None
     try:
         wait_until(
@@ -223,7 +138,7 @@ def test_sigterm_stops_claiming_and_drains_the_delivery_in_flight(
     waits_for_go = (
         'echo $$ > "$PID_FILE"; while [ ! -e "$GO_FILE" ]; do sleep 0.01; done; cat > /dev/null'
     )
-    watcher = Watcher(cli(db_path, "watch", "--interval", "0.05", "--exec", waits_for_go), env)
+    watcher = Watcher(cli_argv(db_path, "watch", "--interval", "0.05", "--exec", waits_for_go), env)
     delivery_pid = None
     try:
         wait_until(
@@ -243,8 +158,8 @@ def test_sigterm_stops_claiming_and_drains_the_delivery_in_flight(
         watcher.kill()
         kill_group(delivery_pid)
 
-    assert code == 0, watcher.stderr
-    assert "Traceback" not in watcher.stderr
+    assert code == 0, watcher.log
+    assert "Traceback" not in watcher.log
     assert state_of(db) == {"state": "completed", "platform": "telegram", "error": None}
     assert db.get_handoff_state("latecomer") == {
         "state": "pending",
@@ -256,7 +171,7 @@ def test_sigterm_stops_claiming_and_drains_the_delivery_in_flight(
 def test_a_drain_timeout_cancels_the_delivery_and_leaves_the_row_running(
     db: ShortLivedStore, db_path: Path, pid_file: Path, env: dict[str, str]
 ) -> None:
-    argv = cli(
+    argv = cli_argv(
         db_path, "watch", "--interval", "0.05", "--drain-timeout", "0.2", "--exec", HANGING_COMMAND
     )
     watcher = Watcher(argv, env)
@@ -277,8 +192,8 @@ def test_a_drain_timeout_cancels_the_delivery_and_leaves_the_row_running(
         watcher.kill()
         kill_group(delivery_pid)
 
-    assert code == 0, watcher.stderr
-    assert "Traceback" not in watcher.stderr
+    assert code == 0, watcher.log
+    assert "Traceback" not in watcher.log
     assert state_of(db) == {"state": "running", "platform": "telegram", "error": None}
 
 
@@ -287,14 +202,7 @@ def test_a_drain_timeout_cancels_the_delivery_and_leaves_the_row_running(
 
 def show(db_path: Path, session_id: str) -> subprocess.CompletedProcess[str]:
     """What a person sees from another shell: `hermes-state handoff show SESSION_ID --json`."""
-    return subprocess.run(
-        cli(db_path, "handoff", "show", session_id, "--json"),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
+    return run_cli(db_path, "handoff", "show", session_id, "--json")
 
 
 @pytest.mark.parametrize("how", ["store creates the file", "a second store opens it"])

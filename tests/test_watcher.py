@@ -27,9 +27,8 @@ from sqlalchemy.engine import URL
 import gateway.run as run
 from gateway.run import GatewayRunner
 from hermes_state import AsyncSessionDB, NativeAsyncSessionDB, SessionDB
-
-# Generous: only reached when something is broken, so a hang fails instead of blocking CI.
-DEADLINE = 30.0
+from tests.processes import DEADLINE, eventually
+from tests.stores import make_pending
 
 STORE_KINDS = ["SessionDB", "AsyncSessionDB", "NativeAsyncSessionDB"]
 
@@ -59,22 +58,6 @@ async def within(awaitable: Awaitable[Any], what: str) -> Any:
         return await asyncio.wait_for(awaitable, DEADLINE)
     except TimeoutError:
         pytest.fail(f"timed out waiting for {what}")
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check`` (run in a thread: it may touch a database) until true, or fail."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while not await asyncio.to_thread(check):
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
-def make_pending(db: SessionDB, *session_ids: str, platform: str = "telegram") -> None:
-    for session_id in session_ids:
-        db.create_session(session_id, "cli")
-        assert db.request_handoff(session_id, platform) is True
 
 
 class Ticks:
@@ -142,7 +125,7 @@ async def test_a_stuck_delivery_delays_no_other_row(kind: str, db: SessionDB) ->
         # B and C are requested only now, while A's delivery hangs: later ticks must serve them.
         assert await asyncio.to_thread(db.request_handoff, "B", "discord") is True
         assert await asyncio.to_thread(db.request_handoff, "C", "slack") is True
-        await until(
+        await eventually(
             lambda: state_of(db, "B") == state_of(db, "C") == "completed",
             "B and C to complete while A is stuck",
         )
@@ -151,7 +134,7 @@ async def test_a_stuck_delivery_delays_no_other_row(kind: str, db: SessionDB) ->
         assert not serving.done()
 
         release_a.set()
-        await until(lambda: state_of(db, "A") == "completed", "A to complete once released")
+        await eventually(lambda: state_of(db, "A") == "completed", "A to complete once released")
         assert sorted(delivered) == ["A", "B", "C"]
     finally:
         release_a.set()
@@ -273,13 +256,13 @@ async def test_no_row_is_dispatched_twice_across_many_ticks_and_two_gateways(
         assert sum(dispatched.values()) == held
         assert max(dispatched.values()) == 1
         gate.set()
-        await until(
+        await eventually(
             lambda: all(state_of(db, sid) == "completed" for sid in session_ids),
             "every row to complete",
         )
         # Keep polling a while after the completions: nothing may come round again.
         more = [r._running.reads + 10 for r in runners]
-        await until(
+        await eventually(
             lambda: all(r._running.reads >= m for r, m in zip(runners, more, strict=True)),
             "ten more ticks of each gateway",
         )
@@ -325,16 +308,18 @@ async def test_a_row_in_flight_is_not_dispatched_again_even_when_re_requested(
         assert db.fail_handoff("A", "the operator gave up on it") is True
         assert db.request_handoff("A", "discord") is True
         later = ticks.reads + 20
-        await until(lambda: ticks.reads >= later, "twenty more ticks")
+        await eventually(lambda: ticks.reads >= later, "twenty more ticks")
         assert dispatches == 1
         assert state_of(db, "A") == "pending"
 
         release_first.set()
         # Once the first delivery has ended, the next tick or so must pick the row up.
         give_up_at = ticks.reads + 50
-        await until(lambda: dispatches == 2 or ticks.reads >= give_up_at, "a second dispatch")
+        await eventually(lambda: dispatches == 2 or ticks.reads >= give_up_at, "a second dispatch")
         assert dispatches == 2, "the re-requested row was left pending after the first ended"
-        await until(lambda: state_of(db, "A") == "completed", "the second delivery to complete")
+        await eventually(
+            lambda: state_of(db, "A") == "completed", "the second delivery to complete"
+        )
     finally:
         release_first.set()
         runner._running = False

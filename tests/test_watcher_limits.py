@@ -13,10 +13,8 @@ import contextlib
 import os
 import socket
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,25 +27,16 @@ from hermes_state import SessionDB, schema
 from hermes_state.cli import main
 
 from .conftest import throwaway_database
-from .digest import forget, sync_url
+from .digest import sync_url
+from .processes import DEADLINE, eventually, run_cli
+from .stores import make_pending
 
-DEADLINE = 30.0  # only reached when something is broken
 AN_HOUR = 3600.0  # a poll interval that never elapses during a test
-CLI = [sys.executable, "-m", "hermes_state.cli"]
+STARTED = 1000.0  # when the first pending session started; the next ones a second apart each
 ROWS = [f"row-{index}" for index in range(6)]
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check`` (in a thread: it may read a database) until true, or fail."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while not await asyncio.to_thread(check):
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {DEADLINE:g} s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class CountingStore(SessionDB):
@@ -89,12 +78,6 @@ async def serving(runner: GatewayRunner) -> AsyncIterator[asyncio.Task[None]]:
             await runner.close()
 
 
-def make_pending(db: SessionDB, *session_ids: str) -> None:
-    for index, session_id in enumerate(session_ids):
-        db.create_session(session_id, "cli", started_at=1000.0 + index)  # oldest first
-        assert db.request_handoff(session_id, "telegram") is True
-
-
 def state_of(db: SessionDB, session_id: str) -> str | None:
     handoff = db.get_handoff_state(session_id)
     assert handoff is not None, f"no session {session_id!r}"
@@ -131,7 +114,7 @@ def reader(path: Path) -> Iterator[SessionDB]:
 async def test_a_backlog_never_runs_more_deliveries_than_the_limit(
     path: Path, reader: SessionDB, limit: int
 ) -> None:
-    make_pending(reader, *ROWS)
+    make_pending(reader, *ROWS, started_at=STARTED)
     store = CountingStore(path)
     started: list[str] = []
     seen_running: dict[str, list[str]] = {}
@@ -150,19 +133,19 @@ async def test_a_backlog_never_runs_more_deliveries_than_the_limit(
                 in_flight = min(limit, len(ROWS) - done)
                 backlog = len(ROWS) - done - in_flight
                 starts = done + in_flight
-                await until(lambda n=starts: len(started) >= n, f"{starts} starts")
+                await eventually(lambda n=starts: len(started) >= n, f"{starts} starts")
                 assert len(started) == starts, started
                 if backlog:
                     # Let the watcher look at the backlog a few more times with no slot free.
                     looked = store.listings
-                    await until(lambda n=looked + 3: store.listings >= n, "three more polls")
+                    await eventually(lambda n=looked + 3: store.listings >= n, "three more polls")
                 assert len(started) == done + in_flight, started
                 counts = await asyncio.to_thread(states, reader, ROWS)
                 assert counts["running"] == in_flight, counts
                 assert counts["pending"] == backlog, counts
                 finishing = started[done]
                 releases[finishing].set()
-                await until(
+                await eventually(
                     lambda sid=finishing: state_of(reader, sid) == "completed",
                     f"{finishing} to complete",
                 )
@@ -182,7 +165,7 @@ async def test_a_backlog_never_runs_more_deliveries_than_the_limit(
 async def test_a_full_watcher_leaves_the_backlog_to_another_watcher(
     path: Path, reader: SessionDB
 ) -> None:
-    make_pending(reader, "first", "second")
+    make_pending(reader, "first", "second", started_at=STARTED)
     release_first = asyncio.Event()
     delivered: list[tuple[str, str]] = []
 
@@ -204,14 +187,14 @@ async def test_a_full_watcher_leaves_the_backlog_to_another_watcher(
     )
     try:
         async with serving(w1):
-            await until(lambda: delivered == [("w1", "first")], "w1 to take the first row")
+            await eventually(lambda: delivered == [("w1", "first")], "w1 to take the first row")
             looked = store_1.listings
-            await until(lambda: store_1.listings >= looked + 3, "w1 to poll its backlog again")
+            await eventually(lambda: store_1.listings >= looked + 3, "w1 to poll its backlog again")
             assert state_of(reader, "second") == "pending"
             assert delivered == [("w1", "first")]
 
             async with serving(w2):
-                await until(
+                await eventually(
                     lambda: state_of(reader, "second") == "completed",
                     "w2 to deliver the row w1 left pending",
                 )
@@ -219,7 +202,7 @@ async def test_a_full_watcher_leaves_the_backlog_to_another_watcher(
             assert state_of(reader, "first") == "running"
 
             release_first.set()
-            await until(
+            await eventually(
                 lambda: state_of(reader, "first") == "completed",
                 "w1 to finish",
             )
@@ -243,16 +226,16 @@ async def test_a_request_in_the_same_process_wakes_an_idle_watcher(
         delivered.append(row["id"])
 
     async with serving(GatewayRunner(store, handler, interval=AN_HOUR)):
-        await until(lambda: store.listings >= 1, "the first poll")
+        await eventually(lambda: store.listings >= 1, "the first poll")
         reader.create_session("woken", "cli")
         assert await asyncio.to_thread(reader.request_handoff, "woken", "telegram") is True
-        await until(lambda: delivered == ["woken"], "the request to be delivered")
+        await eventually(lambda: delivered == ["woken"], "the request to be delivered")
     assert state_of(reader, "woken") == "completed"
 
 
 @pytest.mark.asyncio
 async def test_a_finished_delivery_frees_its_slot_at_once(path: Path, reader: SessionDB) -> None:
-    make_pending(reader, "first", "second")
+    make_pending(reader, "first", "second", started_at=STARTED)
     delivered: list[str] = []
     in_flight = 0
     most = 0
@@ -267,8 +250,8 @@ async def test_a_finished_delivery_frees_its_slot_at_once(path: Path, reader: Se
 
     runner = GatewayRunner(SessionDB(path), handler, interval=AN_HOUR, max_concurrency=1)
     async with serving(runner):
-        await until(lambda: len(delivered) == 2, "both rows to be delivered")
-        await until(
+        await eventually(lambda: len(delivered) == 2, "both rows to be delivered")
+        await eventually(
             lambda: states(reader, ["first", "second"])["completed"] == 2, "both rows completed"
         )
     assert delivered == ["first", "second"]
@@ -296,40 +279,23 @@ def listeners(url: URL) -> int:
 async def test_a_request_from_another_process_wakes_a_postgresql_watcher() -> None:
     with throwaway_database("postgresql") as url:
         schema.upgrade(url)
-        try:
-            store = CountingStore(url=url)
-            delivered: list[str] = []
+        store = CountingStore(url=url)
+        delivered: list[str] = []
 
-            async def handler(row: Mapping[str, Any], profile_name: str | None) -> None:
-                delivered.append(row["id"])
+        async def handler(row: Mapping[str, Any], profile_name: str | None) -> None:
+            delivered.append(row["id"])
 
-            async with serving(GatewayRunner(store, handler, interval=AN_HOUR)):
-                await until(lambda: store.listings >= 1, "the first poll")
-                await until(lambda: listeners(url) >= 1, "the watcher to LISTEN")
-                await asyncio.to_thread(store.create_session, "from-afar", "cli")
-                requested = await asyncio.to_thread(
-                    subprocess.run,
-                    [
-                        *CLI,
-                        "--url",
-                        url.render_as_string(hide_password=False),
-                        "handoff",
-                        "request",
-                        "from-afar",
-                        "telegram",
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=DEADLINE,
-                    check=False,
-                )
-                assert requested.returncode == 0, requested.stderr
-                await until(lambda: delivered == ["from-afar"], "the watcher to be woken")
-            with SessionDB(url=url) as db:
-                assert state_of(db, "from-afar") == "completed"
-        finally:
-            forget(url)
+        async with serving(GatewayRunner(store, handler, interval=AN_HOUR)):
+            await eventually(lambda: store.listings >= 1, "the first poll")
+            await eventually(lambda: listeners(url) >= 1, "the watcher to LISTEN")
+            await asyncio.to_thread(store.create_session, "from-afar", "cli")
+            requested = await asyncio.to_thread(
+                run_cli, url, "handoff", "request", "from-afar", "telegram"
+            )
+            assert requested.returncode == 0, requested.stderr
+            await eventually(lambda: delivered == ["from-afar"], "the watcher to be woken")
+        with SessionDB(url=url) as db:
+            assert state_of(db, "from-afar") == "completed"
 
 
 # -- the idle probe ----------------------------------------------------------------------------
@@ -348,11 +314,11 @@ async def test_idle_sqlite_ticks_skip_the_listing_until_another_connection_commi
     async def idle_ticks(count: int) -> int:
         """Wait for ``count`` more ticks (each reads the token once); the listings meanwhile."""
         listed, probed = store.listings, store.tokens
-        await until(lambda: store.tokens >= probed + count, f"{count} idle ticks")
+        await eventually(lambda: store.tokens >= probed + count, f"{count} idle ticks")
         return store.listings - listed
 
     async with serving(GatewayRunner(store, handler, interval=0.005)):
-        await until(lambda: store.listings >= 1, "a first, clean listing")
+        await eventually(lambda: store.listings >= 1, "a first, clean listing")
         assert await idle_ticks(10) == 0
 
         # Another connection commits something that does not wake the watcher.
@@ -362,7 +328,7 @@ async def test_idle_sqlite_ticks_skip_the_listing_until_another_connection_commi
 
         listed = store.listings
         await asyncio.to_thread(rename)
-        await until(lambda: store.listings > listed, "the watcher to look again")
+        await eventually(lambda: store.listings > listed, "the watcher to look again")
         assert await idle_ticks(10) == 0
 
 
@@ -379,7 +345,7 @@ async def test_servers_have_no_change_token_so_every_tick_lists(
         raise AssertionError("nothing is pending")
 
     async with serving(GatewayRunner(store, handler, interval=0.005)):
-        await until(lambda: store.listings >= 5, "five listings in a row")
+        await eventually(lambda: store.listings >= 5, "five listings in a row")
 
 
 # -- the command line --------------------------------------------------------------------------
@@ -418,7 +384,7 @@ def test_bad_watch_limits_are_bad_input(
     given_as: str,
 ) -> None:
     with SessionDB(path) as db:
-        make_pending(db, "untouched")
+        make_pending(db, "untouched", started_at=STARTED)
     argv = ["--url", str(path), "watch", "--once", "--exec", "exit 0"]
     if given_as == "flag":
         argv += [option, value]
@@ -443,15 +409,7 @@ def test_the_default_owner_is_the_host_and_the_home(
 
 
 def watch_once(path: Path, env: dict[str, str], *options: str) -> None:
-    finished = subprocess.run(
-        [*CLI, "--url", str(path), "watch", "--once", *options, "--exec", "exit 0"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
+    finished = run_cli(path, "watch", "--once", *options, "--exec", "exit 0", env=env)
     assert finished.returncode == 0, finished.stderr
 
 
@@ -463,7 +421,7 @@ def test_a_watch_claims_under_its_default_or_given_owner(path: Path) -> None:
         ("by-variable", {"HERMES_STATE_OWNER": "gw-env"}, (), "gw-env"),
     ):
         with SessionDB(path) as db:
-            make_pending(db, session_id)
+            make_pending(db, session_id, started_at=STARTED)
         watch_once(path, {**env, **extra_env}, *options)
         with SessionDB(path) as db:
             assert state_of(db, session_id) == "completed"

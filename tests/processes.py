@@ -1,0 +1,198 @@
+"""Real processes, and waiting for things without fixed sleeps.
+
+* ``wait_until`` / ``eventually``: poll a check until it holds, or fail the test at a deadline
+  (the deadline is only reached when something is broken; it is never a synchronisation tool).
+  ``eventually`` is the asyncio twin: it runs the check in a thread, as it may read a database.
+* ``cli_argv`` / ``run_cli``: ``hermes-state --url URL ...`` as a separate interpreter
+  (``python -m hermes_state.cli``), to build a command line or to run one to its end.
+* ``Watcher``: a long-running ``hermes-state`` process (``watch``) whose log (stderr) is
+  collected line by line as it comes.
+* ``kill_group`` / ``group_is_gone`` / ``read_pid``: process groups, such as the one each
+  delivery command of a watcher leads, and the pid files those commands write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from sqlalchemy.engine import URL
+
+__all__ = [
+    "CLI",
+    "DEADLINE",
+    "Watcher",
+    "cli_argv",
+    "eventually",
+    "group_is_gone",
+    "kill_group",
+    "read_pid",
+    "run_cli",
+    "wait_until",
+]
+
+DEADLINE = 30.0  # seconds; only reached when something is broken
+POLL = 0.01  # seconds between two looks at a check
+CLI = [sys.executable, "-m", "hermes_state.cli"]
+
+
+# -- waiting -------------------------------------------------------------------------------------
+
+
+def wait_until(check: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    """Poll ``check`` until it is true; fail the test after ``deadline`` seconds."""
+    give_up_at = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > give_up_at:
+            pytest.fail(f"timed out after {deadline:g} s waiting for {what}")
+        time.sleep(POLL)
+
+
+async def eventually(check: Callable[[], Any], what: str, deadline: float = DEADLINE) -> None:
+    """Poll a blocking ``check`` off the event loop (in a thread: it may touch a database)
+    until it is true; fail the test after ``deadline`` seconds."""
+    give_up_at = time.monotonic() + deadline
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > give_up_at:
+            pytest.fail(f"timed out after {deadline:g} s waiting for {what}")
+        await asyncio.sleep(POLL)
+
+
+# -- the command line as a process ---------------------------------------------------------------
+
+
+def cli_argv(url: URL | Path | str, *argv: str) -> list[str]:
+    """``python -m hermes_state.cli --url URL ARGV...``; a server URL keeps its password."""
+    target = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
+    return [*CLI, "--url", target, *argv]
+
+
+def run_cli(
+    url: URL | Path | str,
+    *argv: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = DEADLINE,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``hermes-state --url URL ARGV...`` in a new interpreter to its end, its output
+    captured; the exit code is the caller's to check."""
+    return subprocess.run(
+        cli_argv(url, *argv),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class Watcher:
+    """A ``hermes-state`` process whose stderr (its log) is collected line by line as it comes.
+
+    ``name`` is how failure messages call it; ``deadline`` bounds each of its waits. With
+    ``own_group`` it leads a process group of its own, and ``kill`` kills that whole group.
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        *,
+        name: str = "the watcher",
+        own_group: bool = False,
+        deadline: float = DEADLINE,
+    ) -> None:
+        self.name = name
+        self.own_group = own_group
+        self.deadline = deadline
+        self.process = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=own_group,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,))
+        self._reader.start()
+
+    def _read(self, stream: IO[str] | None) -> None:
+        assert stream is not None
+        for line in stream:
+            self.lines.append(line)
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_line(self, fragment: str) -> None:
+        """Wait until ``fragment`` is in the log; fail if the process exits first."""
+        wait_until(
+            lambda: fragment in self.log or self.process.poll() is not None,
+            f"{fragment!r} in the log of {self.name}",
+            self.deadline,
+        )
+        assert fragment in self.log, f"{self.name} exited first; its log:\n{self.log}"
+
+    def assert_alive(self) -> None:
+        assert self.process.poll() is None, f"{self.name} exited; its log:\n{self.log}"
+
+    def wait(self) -> int:
+        """Wait for the process to exit by itself; its exit code."""
+        try:
+            code = self.process.wait(timeout=self.deadline)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.name} did not exit; its log:\n{self.log}")
+        self._reader.join(timeout=self.deadline)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the process (its whole group with ``own_group``), and reap it."""
+        if self.own_group:
+            kill_group(self.process.pid)
+        elif self.process.poll() is None:
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=self.deadline)
+        self._reader.join(timeout=self.deadline)
+
+
+# -- process groups and pid files ----------------------------------------------------------------
+
+
+def kill_group(pgid: int | None) -> None:
+    """SIGKILL the process group ``pgid`` (nothing for None, or a group that is gone)."""
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def group_is_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid a process wrote to ``pid_file``; None while there is none (yet)."""
+    try:
+        text = pid_file.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
