@@ -23,7 +23,7 @@ from .execution import WriteConnection, next_retry_delay, outcome_of
 from .repository import Body, Plan, Row
 from .schema import bring_current, current_revision
 from .statements import Capabilities, ReclaimScope
-from .store import StoreSettings
+from .store import Clock, StoreSettings
 
 __all__ = ["NativeAsyncSessionDB"]
 
@@ -54,7 +54,7 @@ class NativeAsyncSessionDB(StoreSettings):
         *,
         url: str | URL | None = None,
         busy_patience: float = 30.0,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
         owner: str | None = None,
         lease_seconds: float | None = None,
         actor: str | None = None,
