@@ -348,13 +348,7 @@ def _watch(url: str, interval: float, wakeups: bool) -> None:
 
         runner._start_wakeups = no_wakeups  # type: ignore[method-assign,assignment]
 
-    async def serve() -> None:
-        try:
-            await runner.run()
-        finally:
-            await runner.close()
-
-    asyncio.run(serve())
+    asyncio.run(runner.serve())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -567,7 +567,15 @@ class GatewayRunner:
         )
         self.stop()
 
+    async def serve(self, *, ticks: int | None = None) -> None:
+        """``run``, then ``close``: the whole life of a watcher process."""
+        try:
+            await self.run(ticks=ticks)
+        finally:
+            await self.close()
+
     async def close(self) -> None:
+        """Close the root store, when it can be closed."""
         close: Callable[[], Awaitable[Any]] | None = getattr(self._root_db, "close", None)
         if close is not None:
             await close()

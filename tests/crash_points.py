@@ -94,13 +94,7 @@ def main() -> None:
     store = StoppingStore(args.db, owner=args.owner, lease_seconds=60.0, point=args.point)
     runner = GatewayRunner(store, deliver, interval=0.02)
 
-    async def serve() -> None:
-        try:
-            await runner.run()
-        finally:
-            await runner.close()
-
-    asyncio.run(serve())
+    asyncio.run(runner.serve())
 
 
 if __name__ == "__main__":

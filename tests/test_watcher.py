@@ -26,7 +26,7 @@ from sqlalchemy.engine import URL
 
 import gateway.run as run
 from gateway.run import GatewayRunner
-from hermes_state import AsyncSessionDB, NativeAsyncSessionDB, SessionDB
+from hermes_state import AsyncSessionDB, DatabaseError, NativeAsyncSessionDB, SessionDB
 from tests.processes import DEADLINE, eventually
 from tests.stores import make_pending
 
@@ -211,6 +211,21 @@ async def test_a_sync_handler_runs_and_its_exception_fails_the_row(db: SessionDB
     assert bad is not None
     assert bad["state"] == "failed"
     assert bad["error"] == str(KeyError("no such channel"))
+
+
+@pytest.mark.asyncio
+async def test_serve_runs_the_watcher_then_closes_the_store_it_was_given(db: SessionDB) -> None:
+    make_pending(db, "s1")
+    store = SessionDB(db.url)
+    delivered: list[str] = []
+
+    runner = GatewayRunner(store, lambda row, profile_name: delivered.append(row["id"]))
+    await within(runner.serve(ticks=1), "one tick, then closing")
+
+    assert delivered == ["s1"]
+    assert state_of(db, "s1") == "completed"
+    with pytest.raises(DatabaseError, match="closed"):
+        store.get_handoff_state("s1")
 
 
 # -- no row is dispatched twice ----------------------------------------------------------------

@@ -217,12 +217,6 @@ def run_watch(args: argparse.Namespace, out: Output) -> int:
         handler,
     )
 
-    async def serve() -> None:
-        try:
-            await runner.run(ticks=1 if args.once else None)
-        finally:
-            await runner.close()
-
-    asyncio.run(serve())
+    asyncio.run(runner.serve(ticks=1 if args.once else None))
     logger.info("watcher stopped")
     return EXIT_OK
