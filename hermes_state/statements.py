@@ -86,6 +86,8 @@ SESSION_FIELDS = (
     "started_at",
     "ended_at",
     "end_reason",
+    "model_config",
+    "system_prompt",
 )
 
 #: Optional columns a caller may set through ``append_message(..., **fields)``: upstream's

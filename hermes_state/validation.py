@@ -109,6 +109,19 @@ def require_seconds(name: str, value: object) -> float:
     return seconds
 
 
+def _model_config(value: object) -> str | None:
+    """Upstream stores the model configuration as JSON text of a dict (NULL when empty)."""
+    if isinstance(value, str):
+        value = _parsed_json("model_config", value)
+    if not value:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInputTypeError(
+            f"model_config must be a dict (or its JSON text), not {_type_name(value)}"
+        )
+    return _json_text("model_config", value)
+
+
 _FIELD_CHECKS: Final[dict[str, Callable[[object], object]]] = {
     "user_id": lambda v: None if v is None else require_identifier("user_id", v),
     "title": lambda v: require_text("title", v),
@@ -119,6 +132,8 @@ _FIELD_CHECKS: Final[dict[str, Callable[[object], object]]] = {
     "started_at": lambda v: require_seconds("started_at", v),
     "ended_at": lambda v: None if v is None else require_seconds("ended_at", v),
     "end_reason": lambda v: require_text("end_reason", v),
+    "model_config": _model_config,
+    "system_prompt": lambda v: require_text("system_prompt", v),
 }
 
 

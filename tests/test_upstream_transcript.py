@@ -212,6 +212,27 @@ async def test_the_native_async_store_reads_and_writes_the_same(backend_url: URL
         assert counters(sync_store) == (3, 1)
 
 
+def test_create_session_takes_upstreams_model_config_and_prompt(store: SessionDB) -> None:
+    config = {"temperature": 0.7, "provider": "nous", "nested": {"ünï": [1, 2]}}
+    store.create_session(SID, "cli", model_config=config, system_prompt="You are Hermes.")
+    store.create_session("from-json", "cli", model_config=json.dumps(config))
+    store.create_session("empty", "cli", model_config={})
+    for bad in ([1], "not json", "[1]"):
+        with pytest.raises((InvalidInputError, InvalidInputTypeError)):
+            store.create_session("refused", "cli", model_config=bad)
+    rows = store._execute_write(
+        lambda conn: conn.execute(
+            select(_s.id, _s.model_config, _s.system_prompt, _s.message_count).order_by(_s.id)
+        ).all()
+    )
+    stored = {sid: (cfg and json.loads(cfg), prompt, count) for sid, cfg, prompt, count in rows}
+    assert stored == {
+        SID: (config, "You are Hermes.", 0),
+        "empty": (None, None, 0),
+        "from-json": (config, None, 0),
+    }
+
+
 # -- a real upstream file (schema 11) ------------------------------------------------------------
 
 
