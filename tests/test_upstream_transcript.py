@@ -22,6 +22,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import URL
 
 from hermes_state import (
+    AsyncSessionDB,
     InvalidInputError,
     InvalidInputTypeError,
     NativeAsyncSessionDB,
@@ -231,6 +232,17 @@ def test_create_session_takes_upstreams_model_config_and_prompt(store: SessionDB
         "empty": (None, None, 0),
         "from-json": (config, None, 0),
     }
+
+
+@pytest.mark.asyncio
+async def test_the_threaded_proxy_passes_the_fields_through(tmp_path: Path) -> None:
+    async with AsyncSessionDB(SessionDB(tmp_path / "state.db")) as db:
+        await db.create_session(SID, "cli")
+        kept = await db.append_message(SID, "assistant", "calling a tool", **EVERY_FIELD)
+        undone = await db.append_message(SID, "user", "never mind")
+        rewind(db.wrapped, undone)
+        assert await db.get_messages(SID) == [expected_row(kept)]
+        assert counters(db.wrapped) == (2, 1)
 
 
 # -- a real upstream file (schema 11) ------------------------------------------------------------
