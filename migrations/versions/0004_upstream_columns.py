@@ -1,5 +1,7 @@
-"""Upstream hermes-agent's session and transcript columns, so a database made here holds every
-field upstream's API writes (tool calls, reasoning, counters, costs, rewound turns).
+"""Upstream hermes-agent's session and transcript columns, with upstream's defaults.
+
+A database made here then holds every field upstream's API writes (tool calls, reasoning,
+counters, costs, rewound turns).
 
 Adoption-aware like the baseline: an adopted ``state.db`` usually has many of these columns
 already (with its own declarations and data); those are kept as they are. Only the missing
