@@ -146,8 +146,10 @@ class NativeAsyncSessionDB(StoreSettings):
     async def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
         return await self.create_session(session_id, source, **fields)
 
-    async def append_message(self, session_id: str, role: str, content: str | None) -> int:
-        return await self._run(self._plans.append_message(session_id, role, content))
+    async def append_message(
+        self, session_id: str, role: str, content: str | None = None, **fields: Any
+    ) -> int:
+        return await self._run(self._plans.append_message(session_id, role, content, fields))
 
     async def get_messages(self, session_id: str) -> list[Row]:
         return await self._run(self._plans.get_messages(session_id))

@@ -10,6 +10,7 @@ connection is touched, so bad input never opens a transaction.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from .validation import (
     require_fields,
     require_identifier,
     require_identifiers,
+    require_message_fields,
     require_only_states,
     require_scope,
     require_seconds,
@@ -228,10 +230,44 @@ def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
             f"session {params['session_id']!r} does not exist; create it with create_session first"
         )
     if outcome.rows:
-        return int(outcome.rows[0]["id"])
-    if outcome.lastrowid is None:
+        message_id = int(outcome.rows[0]["id"])
+    elif outcome.lastrowid is None:
         raise HermesStateError("the database driver reported no id for the inserted message")
-    return outcome.lastrowid
+    else:
+        message_id = outcome.lastrowid
+    counters = {"session_id": params["session_id"], "tool_calls": params["tool_calls_added"]}
+    yield Step(statements.count_appended_message(), counters)
+    return message_id
+
+
+#: Columns of upstream's newest files that are its own bookkeeping, not part of a message.
+_INTERNAL_MESSAGE_COLUMNS = ("display_identity", "display_order")
+
+
+def _decoded_json(text: Any, fallback: Any) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return fallback
+
+
+def _transcript_entry(row: Row) -> Row:
+    """A message as upstream's ``get_messages`` returns it: every column, JSON decoded."""
+    for name in _INTERNAL_MESSAGE_COLUMNS:
+        row.pop(name, None)
+    if row.pop("_compressed_summary", None):
+        row["_compressed_summary"] = True
+    if row.get("tool_calls"):
+        row["tool_calls"] = _decoded_json(row["tool_calls"], [])
+    if row.get("display_metadata") is not None:
+        metadata = _decoded_json(row["display_metadata"], None)
+        row["display_metadata"] = metadata if isinstance(metadata, dict) else None
+    return row
+
+
+def _transcript(_caps: Capabilities, params: Mapping[str, Any]) -> Body[list[Row]]:
+    outcome = yield Step(statements.get_messages(), params)
+    return [_transcript_entry(row) for row in outcome.rows]
 
 
 def _move(
@@ -396,18 +432,29 @@ class Repository:
         values["source"] = require_identifier("source", source, max_length=NAME_LENGTH)
         return Plan(_create_session, values, writes=True)
 
-    def append_message(self, session_id: object, role: object, content: object) -> Plan[int]:
+    def append_message(
+        self,
+        session_id: object,
+        role: object,
+        content: object,
+        fields: Mapping[str, object] | None = None,
+    ) -> Plan[int]:
+        """Append a live message with upstream's optional fields; the session's message and
+        tool-call counters move in the same transaction."""
+        values, tool_calls, timestamp = require_message_fields(fields or {})
         params = {
+            **values,
             "session_id": require_identifier("session_id", session_id),
             "role": require_identifier("role", role, max_length=ROLE_LENGTH),
             "content": require_text("content", content),
-            "now": self.clock(),
+            "now": self.clock() if timestamp is None else timestamp,
+            "tool_calls_added": tool_calls,
         }
         return Plan(_append_message, params, writes=True)
 
     def get_messages(self, session_id: object) -> Plan[list[Row]]:
         params = {"session_id": require_identifier("session_id", session_id)}
-        return Plan(_rows, statements.get_messages(), params, writes=False)
+        return Plan(_transcript, params, writes=False)
 
     # handoff transitions
 

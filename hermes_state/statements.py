@@ -23,6 +23,7 @@ from sqlalchemy import (
     Dialect,
     Double,
     Insert,
+    Integer,
     Select,
     String,
     Text,
@@ -44,6 +45,7 @@ from .models import REQUESTABLE_STATES, HandoffState, handoff_events, messages, 
 __all__ = [
     "EVENT_COLUMNS",
     "HANDOFF_CHANNEL",
+    "MESSAGE_FIELDS",
     "SESSION_FIELDS",
     "Capabilities",
     "Fence",
@@ -53,6 +55,7 @@ __all__ = [
     "claim_handoff",
     "claimed_attempt",
     "complete_handoff",
+    "count_appended_message",
     "count_failures_since",
     "count_handoffs_by_state",
     "fail_handoff",
@@ -83,6 +86,29 @@ SESSION_FIELDS = (
     "started_at",
     "ended_at",
     "end_reason",
+    "model_config",
+    "system_prompt",
+)
+
+#: Optional columns a caller may set through ``append_message(..., **fields)``: upstream's
+#: message fields. ``active`` is not one: an appended turn is always live.
+MESSAGE_FIELDS = (
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "effect_disposition",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "codex_reasoning_items",
+    "codex_message_items",
+    "platform_message_id",
+    "observed",
+    "api_content",
+    "display_kind",
+    "display_metadata",
 )
 
 _c = sessions.c
@@ -149,24 +175,48 @@ def insert_session(dialect_name: str) -> Insert:
 
 @functools.cache
 def append_message(returning: bool) -> Insert:
-    """Append a transcript entry, inserting nothing when the session does not exist."""
+    """Append a live transcript entry with every message field (NULL when not given), inserting
+    nothing when the session does not exist."""
+    m = messages.c
     # Typed parameters: in a SELECT list nothing else tells the driver (asyncpg asks) their types.
+    fields = [bindparam(name, type_=m[name].type) for name in MESSAGE_FIELDS]
     row = select(
-        bindparam("session_id", type_=messages.c.session_id.type),
-        bindparam("role", type_=messages.c.role.type),
-        bindparam("content", type_=messages.c.content.type),
-        bindparam("now", type_=messages.c.timestamp.type),
+        bindparam("session_id", type_=m.session_id.type),
+        bindparam("role", type_=m.role.type),
+        bindparam("content", type_=m.content.type),
+        bindparam("now", type_=m.timestamp.type),
+        *fields,
+        literal_column("1"),
     ).where(exists().where(_c.id == bindparam("session_id")))
-    stmt = messages.insert().from_select(["session_id", "role", "content", "timestamp"], row)
-    return stmt.returning(messages.c.id) if returning else stmt
+    names = ["session_id", "role", "content", "timestamp", *MESSAGE_FIELDS, "active"]
+    stmt = messages.insert().from_select(names, row)
+    return stmt.returning(m.id) if returning else stmt
 
 
 @functools.cache
-def get_messages() -> Select[tuple[int, str, str, str | None, float]]:
+def count_appended_message() -> Update:
+    """Upstream's counters after one append, in the append's transaction: one more message and
+    ``:tool_calls`` more tool calls (a NULL counter stays NULL, as upstream leaves it)."""
+    return (
+        sessions.update()
+        .where(_c.id == bindparam("session_id"))
+        .values(
+            message_count=_c.message_count + 1,
+            tool_call_count=_c.tool_call_count + bindparam("tool_calls", type_=Integer()),
+        )
+    )
+
+
+@functools.cache
+def get_messages() -> Select[Any]:
+    """The live transcript (rewound turns, ``active = 0``, left out), oldest first, with every
+    column the table has: ``*`` also reads the columns of an adopted file the models do not
+    know, with no reflection and one compiled statement."""
     m = messages.c
     return (
-        select(m.id, m.session_id, m.role, m.content, m.timestamp)
-        .where(m.session_id == bindparam("session_id"))
+        select(literal_column("*"))
+        .select_from(messages)
+        .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
         .order_by(m.id)
     )
 

@@ -152,12 +152,21 @@ class SessionDB(StoreSettings):
         """Make sure the session exists (same as ``create_session``, with a default source)."""
         return self.create_session(session_id, source, **fields)
 
-    def append_message(self, session_id: str, role: str, content: str | None) -> int:
-        """Append to the session's transcript; returns the message id."""
-        return self._run(self._plans.append_message(session_id, role, content))
+    def append_message(
+        self, session_id: str, role: str, content: str | None = None, **fields: Any
+    ) -> int:
+        """Append a live message to the session's transcript; returns the message id.
+
+        ``fields`` are upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict
+        or its JSON text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning
+        fields, ``platform_message_id``, ``observed``, ...; see the README). The session's
+        ``message_count`` and ``tool_call_count`` move in the same transaction.
+        """
+        return self._run(self._plans.append_message(session_id, role, content, fields))
 
     def get_messages(self, session_id: str) -> list[Row]:
-        """The transcript, oldest first, as dicts (id, session_id, role, content, timestamp)."""
+        """The live transcript (rewound turns left out), oldest first: one dict per message
+        with every column the table has, ``tool_calls`` decoded from JSON."""
         return self._run(self._plans.get_messages(session_id))
 
     # -- handoff transitions ------------------------------------------------------------------
