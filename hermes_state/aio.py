@@ -163,6 +163,9 @@ class NativeAsyncSessionDB(StoreSettings):
     async def claim_handoff(self, session_id: str) -> bool:
         return await self._run(self._plans.claim_handoff(session_id))
 
+    async def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
+        return await self._run(self._plans.claim_pending_handoffs(limit, platform))
+
     async def complete_handoff(self, session_id: str) -> bool:
         return await self._run(self._plans.complete_handoff(session_id))
 

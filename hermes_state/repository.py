@@ -37,6 +37,7 @@ from .validation import (
 )
 
 __all__ = [
+    "MAX_BATCH",
     "STATS_FAILURE_WINDOW",
     "STATS_TOP_ERRORS",
     "STRANDED_ERROR",
@@ -52,6 +53,9 @@ __all__ = [
 T = TypeVar("T")
 Row = dict[str, Any]
 
+
+#: The most rows one call may claim or finish at once.
+MAX_BATCH = 10_000
 
 #: ``handoff_stats`` reports failures of the last hour, with its most common errors.
 STATS_FAILURE_WINDOW = 3600.0
@@ -285,6 +289,28 @@ def _claim(caps: Capabilities, params: Mapping[str, Any]) -> Body[int | None]:
     return int(claimed.rows[0]["handoff_attempt"])
 
 
+def _claim_batch(
+    caps: Capabilities, by_platform: bool, params: Mapping[str, Any]
+) -> Body[list[Row]]:
+    """The rows claimed, as claimed, oldest ``started_at`` first (one builder per dialect)."""
+    if caps.name == "postgresql":
+        claimed = yield Step(statements.claim_pending_statement(by_platform), params)
+        rows = claimed.rows
+    elif caps.update_returning:
+        applied = yield from _move(statements.claim_pending_transition(by_platform), params)
+        rows = [] if applied is None else applied.rows
+    else:
+        claim = statements.claim_picked(by_platform)
+        picked = yield Step(claim.pick, params)
+        if not picked.rows:
+            return []
+        chosen = {**params, "ids": [row["id"] for row in picked.rows]}
+        yield from _move(claim.transition, chosen, expected=len(picked.rows))
+        fetched = yield Step(claim.fetch, chosen)
+        rows = fetched.rows
+    return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
+
+
 def _renew(
     _caps: Capabilities, session_ids: list[str], params: Mapping[str, Any]
 ) -> Body[list[str]]:
@@ -450,6 +476,28 @@ class Repository:
         params["lease_expires_at"] = ownership.lease_until(params["now"])
         after = functools.partial(self.ledger.record, params["session_id"])
         return Plan(_claim, params, writes=True, after=after)
+
+    def claim_pending_handoffs(self, limit: object, platform: object = None) -> Plan[list[Row]]:
+        """Up to ``limit`` pending rows (of ``platform``, when given) claimed in one go."""
+        params: dict[str, Any] = {
+            "limit": require_count("limit", limit, maximum=MAX_BATCH),
+            "now": self.clock(),
+            "actor": self.actor,
+        }
+        if platform is not None:
+            params["platform"] = require_identifier("platform", platform, max_length=NAME_LENGTH)
+        ownership = self.ownership
+        params["owner"] = ownership.owner if ownership else None
+        params["lease_expires_at"] = ownership.lease_until(params["now"]) if ownership else None
+        return Plan(
+            _claim_batch, platform is not None, params, writes=True, after=self._record_claims
+        )
+
+    def _record_claims(self, rows: list[Row]) -> list[Row]:
+        if self.ownership is not None:
+            for row in rows:
+                self.ledger.record(row["id"], int(row["handoff_attempt"]))
+        return rows
 
     def complete_handoff(self, session_id: object) -> Plan[bool]:
         params = self._transition_params(session_id)

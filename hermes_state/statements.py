@@ -47,10 +47,14 @@ __all__ = [
     "SESSION_FIELDS",
     "Capabilities",
     "Fence",
+    "PickedClaim",
     "ReclaimScope",
     "Transition",
     "append_message",
     "claim_handoff",
+    "claim_pending_statement",
+    "claim_pending_transition",
+    "claim_picked",
     "claimed_attempt",
     "complete_handoff",
     "count_failures_since",
@@ -298,6 +302,16 @@ def notify_handoff_requested() -> Select[tuple[object]]:
     return select(func.pg_notify(HANDOFF_CHANNEL, bindparam("session_id", type_=String())))
 
 
+def _claimed_values() -> dict[str, Any]:
+    return {
+        "handoff_state": _literal(HandoffState.RUNNING),
+        "handoff_claimed_at": bindparam("now"),
+        "handoff_owner": bindparam("owner", type_=String()),
+        "handoff_lease_expires_at": bindparam("lease_expires_at", type_=Double()),
+        "handoff_attempt": _c.handoff_attempt + 1,
+    }
+
+
 @functools.cache
 def claim_handoff(returning: bool) -> Transition:
     """pending -> running: a compare-and-swap, so exactly one concurrent claimer wins.
@@ -311,19 +325,98 @@ def claim_handoff(returning: bool) -> Transition:
     transition = _transition(
         HandoffState.RUNNING,
         _one_session(state_is(HandoffState.PENDING)),
-        {
-            "handoff_state": _literal(HandoffState.RUNNING),
-            "handoff_claimed_at": bindparam("now"),
-            "handoff_owner": bindparam("owner", type_=String()),
-            "handoff_lease_expires_at": bindparam("lease_expires_at", type_=Double()),
-            "handoff_attempt": _c.handoff_attempt + 1,
-        },
+        _claimed_values(),
         attempt=_c.handoff_attempt + 1,
         skip_locked=True,
     )
     if not returning:
         return transition
     return Transition(transition.record, transition.apply.returning(_c.handoff_attempt))
+
+
+@dataclass(frozen=True, slots=True)
+class PickedClaim:
+    """A batch claim for MySQL/MariaDB, which allow no ``LIMIT`` in an ``IN`` subquery and have
+    no ``UPDATE ... RETURNING``: ``pick`` locks the oldest pending ids (``SKIP LOCKED``), the
+    ``transition`` records and moves exactly those ``:ids``, and ``fetch`` reads them back."""
+
+    pick: Select[tuple[str]]
+    transition: Transition
+    fetch: Select[Any]
+
+
+def _pending_on(by_platform: bool) -> ColumnElement[bool]:
+    pending = state_is(HandoffState.PENDING)
+    if not by_platform:
+        return pending
+    return and_(pending, _c.handoff_platform == bindparam("platform", type_=String()))
+
+
+def _oldest_pending(by_platform: bool) -> Select[tuple[str]]:
+    return (
+        select(_c.id)
+        .where(_pending_on(by_platform))
+        .order_by(_c.started_at, _c.id)
+        .limit(bindparam("limit"))
+    )
+
+
+def _claim_where(condition: ColumnElement[bool]) -> Transition:
+    return _transition(
+        HandoffState.RUNNING, condition, _claimed_values(), attempt=_c.handoff_attempt + 1
+    )
+
+
+# Batch claims: pending -> running for up to ``:limit`` rows (of ``:platform`` when
+# ``by_platform``), oldest ``started_at`` first, stamping ``:owner``, ``:lease_expires_at`` and
+# the next attempt, with one event per row. One builder per dialect family.
+
+
+@functools.cache
+def claim_pending_statement(by_platform: bool) -> Select[Any]:
+    """PostgreSQL, one statement: a CTE locks the rows (``FOR UPDATE SKIP LOCKED``, so
+    concurrent claimers take disjoint rows instead of waiting), moves them, records their
+    events, and returns the rows as claimed."""
+    picked = _oldest_pending(by_platform).with_for_update(skip_locked=True).cte("picked")
+    moved = (
+        sessions.update()
+        .where(_c.id == picked.c.id)
+        .values(**_claimed_values())
+        .returning(*sessions.c)
+        .cte("moved")
+    )
+    event = select(
+        moved.c.id,
+        _literal(HandoffState.PENDING),
+        _literal(HandoffState.RUNNING),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null(),
+    )
+    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    return select(moved).add_cte(recorded)
+
+
+@functools.cache
+def claim_pending_transition(by_platform: bool) -> Transition:
+    """SQLite: the events, then ``UPDATE ... RETURNING`` the rows, both selecting through one
+    ordered, limited subquery. ``BEGIN IMMEDIATE`` made the transaction the only writer, so
+    both statements see the same rows."""
+    condition = and_(_c.id.in_(_oldest_pending(by_platform)), _pending_on(by_platform))
+    transition = _claim_where(condition)
+    return Transition(transition.record, transition.apply.returning(*sessions.c))
+
+
+@functools.cache
+def claim_picked(by_platform: bool) -> PickedClaim:
+    """MySQL/MariaDB: see :class:`PickedClaim`."""
+    chosen = _c.id.in_(bindparam("ids", expanding=True))
+    return PickedClaim(
+        pick=_oldest_pending(by_platform).with_for_update(skip_locked=True),
+        transition=_claim_where(and_(chosen, _pending_on(by_platform))),
+        fetch=select(sessions).where(chosen),
+    )
 
 
 @functools.cache

@@ -174,6 +174,12 @@ class SessionDB(StoreSettings):
         """pending -> running, atomically: of concurrent claimers exactly one gets True."""
         return self._run(self._plans.claim_handoff(session_id))
 
+    def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
+        """Claim up to ``limit`` pending rows (of ``platform``, when given), oldest
+        ``started_at`` first, in one statement where the backend allows; returns them as
+        claimed (running, owner, lease, attempt). Concurrent callers get disjoint rows."""
+        return self._run(self._plans.claim_pending_handoffs(limit, platform))
+
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed, clearing the error. With an owner, only this store's claim."""
         return self._run(self._plans.complete_handoff(session_id))
