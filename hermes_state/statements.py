@@ -403,8 +403,9 @@ def claim_pending_transition(by_platform: bool) -> Transition:
     """SQLite: the events, then ``UPDATE ... RETURNING`` the rows, both selecting through one
     ordered, limited subquery. ``BEGIN IMMEDIATE`` made the transaction the only writer, so
     both statements see the same rows."""
-    condition = and_(_c.id.in_(_oldest_pending(by_platform)), _pending_on(by_platform))
-    transition = _claim_where(condition)
+    # No state test beside the subquery's: SQLite would then walk every pending row through
+    # the partial index to test membership, instead of looking up the few ids by key.
+    transition = _claim_where(_c.id.in_(_oldest_pending(by_platform)))
     return Transition(transition.record, transition.apply.returning(*sessions.c))
 
 
