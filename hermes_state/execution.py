@@ -67,6 +67,23 @@ def drive(body: Body[Any], execute: Callable[[Step], Outcome]) -> Any:
         return stop.value
 
 
+def _only_one(
+    connection: Connection, execute: Callable[[Connection, Step], Outcome]
+) -> Callable[[Step], Outcome]:
+    """``execute`` for a plan run in autocommit, refusing a second statement: it would not be
+    in the first one's transaction (a plan that needs two says ``single_statement=False``)."""
+    sent = 0
+
+    def execute_one(step: Step) -> Outcome:
+        nonlocal sent
+        sent += 1
+        if sent > 1:
+            raise RuntimeError(f"a single-statement plan sent a second statement: {step}")
+        return execute(connection, step)
+
+    return execute_one
+
+
 def outcome_of(result: CursorResult[Any], step: Step) -> Outcome:
     """Everything the plan may look at, fetched now so the cursor can go.
 
@@ -135,8 +152,14 @@ class PooledRunner:
         return outcome_of(connection.execute(step.statement, step.params), step)
 
     def run(self, plan: Plan[T]) -> T:
+        autocommit = plan.single_statement and self._caps.single_statement
+
         def attempt() -> Any:
             with self._engine.connect() as connection:
+                if autocommit:
+                    # The one statement is its own transaction: no BEGIN, no COMMIT.
+                    connection.execution_options(isolation_level="AUTOCOMMIT")
+                    return drive(plan.start(self._caps), _only_one(connection, self._execute))
                 connection.execution_options(**{READ_ONLY: not plan.writes})
                 with connection.begin():
                     return drive(

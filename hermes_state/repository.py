@@ -105,7 +105,7 @@ class Plan(Generic[T]):
     and runs only once the transaction committed (it may record what the store now holds).
     """
 
-    __slots__ = ("_after", "_args", "_body", "writes")
+    __slots__ = ("_after", "_args", "_body", "single_statement", "writes")
 
     def __init__(
         self,
@@ -113,11 +113,16 @@ class Plan(Generic[T]):
         *args: Any,
         writes: bool,
         after: Callable[[Any], T] | None = None,
+        single_statement: bool = True,
     ) -> None:
         self._body = body
         self._args = args
         self._after = after
         self.writes = writes
+        #: The body runs at most one statement where ``Capabilities.single_statement`` holds,
+        #: so a runner may send it in autocommit: one round trip, no BEGIN or COMMIT. A body
+        #: that needs several statements there must say False (the runner refuses a second).
+        self.single_statement = single_statement
 
     def start(self, caps: Capabilities) -> Body[Any]:
         return self._body(caps, *self._args)
@@ -239,14 +244,21 @@ def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
 
 
 def _move(
-    transition: Transition, params: Mapping[str, Any], expected: int | None = None
+    caps: Capabilities,
+    transition: Transition,
+    params: Mapping[str, Any],
+    expected: int | None = None,
 ) -> Body[Outcome | None]:
     """Record the audit row(s), then apply the move; None when it applied to no row.
 
-    The apply step must touch exactly the rows the record step selected (and locked). If
+    Where the dialect has single-statement transitions, that one statement does both. Else
+    the apply step must touch exactly the rows the record step selected (and locked). If
     another transaction slipped a row in between (only possible on servers, for multi-row
     moves), the transaction is rolled back and run again.
     """
+    if caps.single_statement:
+        moved = yield Step(transition.single, params)
+        return moved if moved.rows else None
     recorded = yield Step(transition.record, params)
     if recorded.rowcount == 0 and not expected:
         return None
@@ -260,30 +272,30 @@ def _move(
     return applied
 
 
-def _moved(_caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
-    return (yield from _move(transition, params)) is not None
+def _moved(caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
+    return (yield from _move(caps, transition, params)) is not None
 
 
 def _request(caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
-    if (yield from _move(transition, params)) is None:
+    if (yield from _move(caps, transition, params)) is None:
         return False
-    if caps.name == "postgresql":
+    if caps.name == "postgresql" and not caps.single_statement:  # else the statement notified
         yield Step(statements.notify_handoff_requested(), {"session_id": params["session_id"]})
     return True
 
 
-def _claimed(_caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
+def _claimed(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
     """A claim nothing will be fenced on (a store without ownership): no attempt to read back."""
-    return (yield from _move(statements.claim_handoff(False), params)) is not None
+    return (yield from _move(caps, statements.claim_handoff(False), params)) is not None
 
 
 def _claim(caps: Capabilities, params: Mapping[str, Any]) -> Body[int | None]:
     """The attempt number claimed, or None when another claimer won."""
     returning = caps.update_returning
-    applied = yield from _move(statements.claim_handoff(returning), params)
+    applied = yield from _move(caps, statements.claim_handoff(returning), params)
     if applied is None:
         return None
-    if returning:
+    if returning or caps.single_statement:
         return int(applied.rows[0]["handoff_attempt"])
     claimed = yield Step(statements.claimed_attempt(), {"session_id": params["session_id"]})
     return int(claimed.rows[0]["handoff_attempt"])
@@ -297,7 +309,7 @@ def _claim_batch(
         claimed = yield Step(statements.claim_pending_statement(by_platform), params)
         rows = claimed.rows
     elif caps.update_returning:
-        applied = yield from _move(statements.claim_pending_transition(by_platform), params)
+        applied = yield from _move(caps, statements.claim_pending_transition(by_platform), params)
         rows = [] if applied is None else applied.rows
     else:
         claim = statements.claim_picked(by_platform)
@@ -305,15 +317,18 @@ def _claim_batch(
         if not picked.rows:
             return []
         chosen = {**params, "ids": [row["id"] for row in picked.rows]}
-        yield from _move(claim.transition, chosen, expected=len(picked.rows))
+        yield from _move(caps, claim.transition, chosen, expected=len(picked.rows))
         fetched = yield Step(claim.fetch, chosen)
         rows = fetched.rows
     return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
 
 
 def _renew(
-    _caps: Capabilities, session_ids: list[str], params: Mapping[str, Any]
+    caps: Capabilities, session_ids: list[str], params: Mapping[str, Any]
 ) -> Body[list[str]]:
+    if caps.single_statement:
+        outcome = yield Step(statements.renew_leases(), {**params, "ids": session_ids})
+        return sorted(row["id"] for row in outcome.rows)
     renewed = []
     for session_id in session_ids:
         outcome = yield Step(statements.renew_lease(), {**params, "session_id": session_id})
@@ -322,13 +337,15 @@ def _renew(
     return renewed
 
 
-def _reclaim(
-    _caps: Capabilities, scope: ReclaimScope, params: Mapping[str, Any]
-) -> Body[list[str]]:
+def _reclaim(caps: Capabilities, scope: ReclaimScope, params: Mapping[str, Any]) -> Body[list[str]]:
+    transition = statements.reclaim_handoffs(scope)
+    if caps.single_statement:
+        moved = yield from _move(caps, transition, params)
+        return [] if moved is None else sorted(row["id"] for row in moved.rows)
     locked = yield Step(statements.reclaimable(scope, lock=True), params)
     if not locked.rows:
         return []
-    yield from _move(statements.reclaim_handoffs(scope), params, expected=len(locked.rows))
+    yield from _move(caps, transition, params, expected=len(locked.rows))
     return sorted(row["id"] for row in locked.rows)
 
 
@@ -490,7 +507,11 @@ class Repository:
         params["owner"] = ownership.owner if ownership else None
         params["lease_expires_at"] = ownership.lease_until(params["now"]) if ownership else None
         return Plan(
-            _claim_batch, platform is not None, params, writes=True, after=self._record_claims
+            _claim_batch,
+            platform is not None,
+            params,
+            writes=True,
+            after=self._record_claims,
         )
 
     def _record_claims(self, rows: list[Row]) -> list[Row]:
@@ -569,7 +590,12 @@ class Repository:
     # reads
 
     def list_pending_handoffs(self) -> Plan[list[Row]]:
-        return Plan(_rows, statements.list_handoffs(HandoffState.PENDING), {}, writes=False)
+        return Plan(
+            _rows,
+            statements.list_handoffs(HandoffState.PENDING),
+            {},
+            writes=False,
+        )
 
     def list_handoffs(self, state: object = None, limit: object = None) -> Plan[list[Row]]:
         """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them."""
@@ -577,7 +603,12 @@ class Repository:
         if limit is None:
             return Plan(_rows, statements.list_handoffs(wanted), {}, writes=False)
         params = {"limit": require_count("limit", limit)}
-        return Plan(_rows, statements.list_handoffs(wanted, limited=True), params, writes=False)
+        return Plan(
+            _rows,
+            statements.list_handoffs(wanted, limited=True),
+            params,
+            writes=False,
+        )
 
     def has_pending_handoffs(self) -> Plan[bool]:
         return Plan(_has_rows, statements.has_pending_handoffs(), writes=False)
@@ -587,7 +618,7 @@ class Repository:
         return Plan(_first_row, statements.get_handoff_state(), params, writes=False)
 
     def handoff_stats(self) -> Plan[Row]:
-        return Plan(_stats, self.clock(), writes=False)
+        return Plan(_stats, self.clock(), writes=False, single_statement=False)
 
 
 def _nothing_renewed(_caps: Capabilities) -> Body[list[str]]:

@@ -38,6 +38,7 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.sql.util import ClauseAdapter
 
 from .models import REQUESTABLE_STATES, HandoffState, handoff_events, messages, sessions
 
@@ -73,6 +74,7 @@ __all__ = [
     "reclaim_handoffs",
     "reclaimable",
     "renew_lease",
+    "renew_leases",
     "request_handoff",
     "running_by_owner",
     "state_is",
@@ -109,6 +111,12 @@ class Capabilities:
             update_returning=bool(dialect.update_returning),
             insert_returning=bool(dialect.insert_returning),
         )
+
+    @property
+    def single_statement(self) -> bool:
+        """Whether every transition is one statement here (:attr:`Transition.single`):
+        PostgreSQL, whose data-modifying CTEs lock, move and record in one round trip."""
+        return self.name == "postgresql"
 
 
 def _literal(state: HandoffState) -> ColumnElement[str]:
@@ -225,17 +233,23 @@ def _finished(state: HandoffState, error: ColumnElement[Any] | None) -> dict[str
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One state-machine move as two statements sharing one condition.
+    """One state-machine move, as two statements sharing one condition or as one statement.
 
     ``record`` appends the audit row, selecting the session rows the move applies to (their
     current state is the event's ``from_state``) and locking them (FOR UPDATE on servers;
     SQLite's BEGIN IMMEDIATE already serialises writers). ``apply`` then updates exactly those
     rows. Run in that order in one transaction, the move and its event commit or vanish
     together, and a lost race inserts no event and updates nothing.
+
+    ``single`` is the same move as one PostgreSQL statement, safe in autocommit: a CTE locks
+    the rows (``locked``, keeping their state as ``from_state``), moves them (``moved``) and
+    records their events from what moved, then returns each moved row's ``id`` and
+    ``handoff_attempt`` (and, for requests, wakes LISTENing watchers with ``pg_notify``).
     """
 
     record: Insert
     apply: Update
+    single: Select[Any]
 
 
 def _transition(
@@ -246,6 +260,7 @@ def _transition(
     detail: ColumnElement[Any] | None = None,
     attempt: ColumnElement[Any] | None = None,
     skip_locked: bool = False,
+    notify: bool = False,
 ) -> Transition:
     source = (
         select(
@@ -261,7 +276,52 @@ def _transition(
         .with_for_update(skip_locked=skip_locked)
     )
     record = handoff_events.insert().from_select(EVENT_COLUMNS, source)
-    return Transition(record, sessions.update().where(condition).values(**values))
+    apply = sessions.update().where(condition).values(**values)
+    single = _single_statement(to_state, condition, values, detail, skip_locked, notify)
+    return Transition(record, apply, single)
+
+
+def _single_statement(
+    to_state: HandoffState,
+    condition: ColumnElement[bool],
+    values: dict[str, Any],
+    detail: ColumnElement[Any] | None,
+    skip_locked: bool,
+    notify: bool,
+) -> Select[Any]:
+    # Rows are locked in id order, as every multi-row lock here is: no two statements can
+    # then wait for each other's rows.
+    locked = (
+        select(_c.id, _c.handoff_state.label("from_state"))
+        .where(condition)
+        .order_by(_c.id)
+        .with_for_update(skip_locked=skip_locked)
+        .cte("locked")
+    )
+    moved = (
+        sessions.update()
+        .where(_c.id == locked.c.id)
+        .values(**values)
+        .returning(_c.id, _c.handoff_attempt, _c.handoff_platform, locked.c.from_state)
+        .cte("moved")
+    )
+    # The event reads the moved row: its attempt is the new one for a claim and unchanged
+    # otherwise, and a detail naming the platform names the one the row now has.
+    from_moved = ClauseAdapter(moved)
+    event = select(
+        moved.c.id,
+        moved.c.from_state,
+        _literal(to_state),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null() if detail is None else from_moved.traverse(detail),
+    )
+    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    answer: list[ColumnElement[Any]] = [moved.c.id, moved.c.handoff_attempt]
+    if notify:
+        answer.append(func.pg_notify(HANDOFF_CHANNEL, moved.c.id).label("notified"))
+    return select(*answer).add_cte(recorded)
 
 
 def _one_session(condition: ColumnElement[bool]) -> ColumnElement[bool]:
@@ -293,6 +353,7 @@ def request_handoff(retry: bool = False) -> Transition:
             "handoff_lease_expires_at": None,
         },
         detail=literal(reason) + platform,
+        notify=True,
     )
 
 
@@ -331,7 +392,9 @@ def claim_handoff(returning: bool) -> Transition:
     )
     if not returning:
         return transition
-    return Transition(transition.record, transition.apply.returning(_c.handoff_attempt))
+    return Transition(
+        transition.record, transition.apply.returning(_c.handoff_attempt), transition.single
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,7 +469,7 @@ def claim_pending_transition(by_platform: bool) -> Transition:
     # No state test beside the subquery's: SQLite would then walk every pending row through
     # the partial index to test membership, instead of looking up the few ids by key.
     transition = _claim_where(_c.id.in_(_oldest_pending(by_platform)))
-    return Transition(transition.record, transition.apply.returning(*sessions.c))
+    return Transition(transition.record, transition.apply.returning(*sessions.c), transition.single)
 
 
 @functools.cache
@@ -460,6 +523,27 @@ def renew_lease() -> Update:
         .where(_c.id == bindparam("session_id"), _running_under(Fence.OWNER))
         .values(handoff_lease_expires_at=bindparam("lease_expires_at"))
     )
+
+
+@functools.cache
+def renew_leases() -> Select[tuple[str]]:
+    """PostgreSQL: extend in one statement the leases of the ``:ids`` this owner still holds,
+    locking them in id order (as a reclaim does); returns the ids renewed."""
+    locked = (
+        select(_c.id)
+        .where(_c.id.in_(bindparam("ids", expanding=True)), _running_under(Fence.OWNER))
+        .order_by(_c.id)
+        .with_for_update()
+        .cte("locked")
+    )
+    renewed = (
+        sessions.update()
+        .where(_c.id == locked.c.id)
+        .values(handoff_lease_expires_at=bindparam("lease_expires_at"))
+        .returning(_c.id)
+        .cte("renewed")
+    )
+    return select(renewed.c.id)
 
 
 def _reclaimable(scope: ReclaimScope) -> ColumnElement[bool]:
