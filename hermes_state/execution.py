@@ -42,6 +42,7 @@ __all__ = [
     "drive",
     "next_retry_delay",
     "outcome_of",
+    "refuse_second_statement",
 ]
 
 T = TypeVar("T")
@@ -67,18 +68,24 @@ def drive(body: Body[Any], execute: Callable[[Step], Outcome]) -> Any:
         return stop.value
 
 
+def refuse_second_statement(step: Step) -> None:
+    """Called when a plan run in autocommit yields another step after its first: a bug, since
+    the second statement would not share the first one's transaction (a plan that needs two
+    says ``single_statement=False``)."""
+    raise RuntimeError(f"a single-statement plan sent a second statement: {step.statement}")
+
+
 def _only_one(
     connection: Connection, execute: Callable[[Connection, Step], Outcome]
 ) -> Callable[[Step], Outcome]:
-    """``execute`` for a plan run in autocommit, refusing a second statement: it would not be
-    in the first one's transaction (a plan that needs two says ``single_statement=False``)."""
-    sent = 0
+    """``execute`` for a plan run in autocommit: runs its first step, refuses any other."""
+    sent = False
 
     def execute_one(step: Step) -> Outcome:
         nonlocal sent
-        sent += 1
-        if sent > 1:
-            raise RuntimeError(f"a single-statement plan sent a second statement: {step}")
+        if sent:
+            refuse_second_statement(step)
+        sent = True
         return execute(connection, step)
 
     return execute_one

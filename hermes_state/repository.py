@@ -18,7 +18,12 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Executable
 
 from . import statements
-from .errors import ConcurrentChangeError, HermesStateError, InvalidInputError
+from .errors import (
+    ConcurrentChangeError,
+    HermesStateError,
+    InvalidInputError,
+    InvalidInputTypeError,
+)
 from .models import HandoffState
 from .statements import Capabilities, ReclaimScope, Transition
 from .validation import (
@@ -323,6 +328,34 @@ def _claim_batch(
     return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
 
 
+#: One claim to finish: the row, how it is fenced, the attempt it is fenced on, its error.
+Claim = tuple[str, statements.Fence, int | None, str | None]
+
+
+def _finish_claims(
+    caps: Capabilities, state: HandoffState, claims: list[Claim], params: Mapping[str, Any]
+) -> Body[dict[str, bool]]:
+    """Finish each claim: one statement where the dialect allows, else one transition per row
+    in this one transaction. ``{id: finished}``, refused ones False."""
+    if caps.single_statement:
+        fenced = any(fence is not statements.Fence.NONE for _, fence, _, _ in claims)
+        ids, _fences, attempts, errors = (list(column) for column in zip(*claims, strict=True))
+        arrays = {**params, "ids": ids, "attempts": attempts, "errors": errors}
+        outcome = yield Step(statements.finish_claims(state, fenced), arrays)
+        finished = {row["id"] for row in outcome.rows}
+        return {session_id: session_id in finished for session_id in ids}
+    done: dict[str, bool] = {}
+    for session_id, fence, attempt, error in claims:
+        transition = (
+            statements.complete_handoff(fence)
+            if state is HandoffState.COMPLETED
+            else statements.fail_handoff(frozenset({HandoffState.RUNNING}), fence)
+        )
+        row = {**params, "session_id": session_id, "attempt": attempt, "error": error}
+        done[session_id] = (yield from _move(caps, transition, row)) is not None
+    return done
+
+
 def _renew(
     caps: Capabilities, session_ids: list[str], params: Mapping[str, Any]
 ) -> Body[list[str]]:
@@ -542,6 +575,39 @@ class Repository:
         transition = statements.fail_handoff(from_states, fence)
         return Plan(_moved, transition, params, writes=True, after=after)
 
+    def complete_handoffs(self, session_ids: object) -> Plan[dict[str, bool]]:
+        """running -> completed for many rows at once, each fenced like :meth:`complete_handoff`."""
+        ids = require_identifiers("session_ids", session_ids)
+        return self._finish_claims(HandoffState.COMPLETED, dict.fromkeys(ids))
+
+    def fail_handoffs(self, errors: object) -> Plan[dict[str, bool]]:
+        """running -> failed for many rows at once (``{id: error}``), each with its own error,
+        each fenced like :meth:`fail_handoff` on a running row."""
+        if not isinstance(errors, Mapping):
+            kind = type(errors).__name__
+            raise InvalidInputTypeError(f"errors must be a mapping of id to error, not {kind}")
+        ids = require_identifiers("errors", list(errors))
+        return self._finish_claims(HandoffState.FAILED, {i: clean_error(errors[i]) for i in ids})
+
+    def _finish_claims(
+        self, state: HandoffState, errors: Mapping[str, str | None]
+    ) -> Plan[dict[str, bool]]:
+        if not errors:
+            return Plan(_nothing_finished, writes=False)
+        claims: list[Claim] = []
+        for session_id, error in errors.items():
+            fence, fence_params = self.ledger.fence(session_id, self.ownership)
+            claims.append((session_id, fence, fence_params.get("attempt"), error))
+        owner = self.ownership.owner if self.ownership else None
+        params = {"now": self.clock(), "actor": self.actor, "owner": owner}
+        after = self._forget_finished
+        return Plan(_finish_claims, state, claims, params, writes=True, after=after)
+
+    def _forget_finished(self, done: dict[str, bool]) -> dict[str, bool]:
+        for session_id, finished in done.items():
+            self.ledger.forget(session_id, finished)
+        return done
+
     def renew_handoff_leases(self, session_ids: object) -> Plan[list[str]]:
         # In id order, like the row locks a reclaim takes: opposite orders would deadlock.
         ids = sorted(require_identifiers("session_ids", session_ids))
@@ -619,6 +685,11 @@ class Repository:
 
     def handoff_stats(self) -> Plan[Row]:
         return Plan(_stats, self.clock(), writes=False, single_statement=False)
+
+
+def _nothing_finished(_caps: Capabilities) -> Body[dict[str, bool]]:
+    yield from ()  # no claim given: no statement to run
+    return {}
 
 
 def _nothing_renewed(_caps: Capabilities) -> Body[list[str]]:

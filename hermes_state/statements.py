@@ -23,6 +23,7 @@ from sqlalchemy import (
     Dialect,
     Double,
     Insert,
+    Integer,
     Select,
     String,
     Text,
@@ -61,6 +62,7 @@ __all__ = [
     "count_failures_since",
     "count_handoffs_by_state",
     "fail_handoff",
+    "finish_claims",
     "get_handoff_state",
     "get_messages",
     "handoff_history",
@@ -523,6 +525,58 @@ def renew_lease() -> Update:
         .where(_c.id == bindparam("session_id"), _running_under(Fence.OWNER))
         .values(handoff_lease_expires_at=bindparam("lease_expires_at"))
     )
+
+
+@functools.cache
+def finish_claims(state: HandoffState, fenced: bool) -> Select[tuple[str]]:
+    """PostgreSQL, one statement: running -> ``state`` for many rows, each with its own
+    attempt and error, given as the parallel arrays ``:ids``, ``:attempts`` and ``:errors``.
+
+    With ``fenced``, a row moves only while running under ``:owner`` and, where its attempt is
+    given, under that attempt (:attr:`Fence.CLAIM`; else :attr:`Fence.OWNER`). Rows are locked in
+    id order; the events carry each row's error; returns the ids that moved.
+    """
+    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds this
+
+    claims = (
+        func.unnest(
+            bindparam("ids", type_=ARRAY(String())),
+            bindparam("attempts", type_=ARRAY(Integer())),
+            bindparam("errors", type_=ARRAY(Text())),
+        )
+        .table_valued("id", "attempt", "error")
+        .render_derived(with_types=False)
+    )
+    condition = and_(_c.id == claims.c.id, state_is(HandoffState.RUNNING))
+    if fenced:
+        same_attempt = or_(claims.c.attempt.is_(None), _c.handoff_attempt == claims.c.attempt)
+        condition = and_(condition, _c.handoff_owner == bindparam("owner"), same_attempt)
+    locked = (
+        select(_c.id, claims.c.error)
+        .where(condition)
+        .order_by(_c.id)
+        .with_for_update(of=sessions)
+        .cte("locked")
+    )
+    error = None if state is HandoffState.COMPLETED else locked.c.error
+    moved = (
+        sessions.update()
+        .where(_c.id == locked.c.id)
+        .values(**_finished(state, error))
+        .returning(_c.id, _c.handoff_attempt, locked.c.error)
+        .cte("moved")
+    )
+    event = select(
+        moved.c.id,
+        _literal(HandoffState.RUNNING),
+        _literal(state),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null() if state is HandoffState.COMPLETED else moved.c.error,
+    )
+    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    return select(moved.c.id).add_cte(recorded)
 
 
 @functools.cache

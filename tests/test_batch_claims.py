@@ -199,3 +199,96 @@ def test_gateway_processes_claim_each_row_exactly_once(store: SessionDB, backend
         (session_id, owner, 1) for session_id, owner in winner.items()
     )
     assert store.has_pending_handoffs() is False
+
+
+# -- finishing many claims at once ------------------------------------------------------------
+
+
+def test_complete_many_each_fenced_by_its_own_claim(new_store: Callable[..., SessionDB]) -> None:
+    clock = HandClock(1000.0)
+    mine = new_store(owner="gw-a", lease_seconds=LEASE, clock=clock)
+    theirs = new_store(owner="gw-b", lease_seconds=LEASE, clock=clock)
+    make_pending(mine, "ok-1", "ok-2", "rescued", "taken", "waiting", started_at=1.0)
+    assert [r["id"] for r in mine.claim_pending_handoffs(4)] == ["ok-1", "ok-2", "rescued", "taken"]
+    # "rescued": its lease expires, another gateway reclaims it, and it is retried and claimed
+    # again elsewhere: a newer attempt that our stale claim must not complete.
+    clock.advance(LEASE + 1)
+    assert theirs.reclaim_expired_handoffs("expired") == ["ok-1", "ok-2", "rescued", "taken"]
+    for session_id in ("ok-1", "ok-2"):  # put back under our claim for the test
+        assert theirs.retry_handoff(session_id) is True
+    assert theirs.retry_handoff("rescued") is True
+    assert theirs.claim_handoff("rescued") is True
+    assert [r["id"] for r in mine.claim_pending_handoffs(2)] == ["ok-1", "ok-2"]
+    before = len(mine.handoff_history("ok-1"))
+
+    done = mine.complete_handoffs(["ok-1", "rescued", "ok-2", "waiting", "unknown"])
+
+    assert done == {
+        "ok-1": True,
+        "rescued": False,  # running under gw-b's newer attempt
+        "ok-2": True,
+        "waiting": False,  # pending, never claimed
+        "unknown": False,
+    }
+    assert handoff_row(mine, "rescued")["state"] == "running"
+    assert handoff_row(mine, "rescued")["owner"] == "gw-b"
+    assert mine.get_handoff_state("waiting")["state"] == "pending"
+    history = mine.handoff_history("ok-1")
+    assert len(history) == before + 1
+    assert (history[-1]["from_state"], history[-1]["to_state"], history[-1]["actor"]) == (
+        "running",
+        "completed",
+        "gw-a",
+    )
+    assert history[-1]["attempt"] == 2
+    assert mine.complete_handoffs(["ok-1"]) == {"ok-1": False}  # a finished claim is over
+
+
+def test_fail_many_stores_each_error(new_store: Callable[..., SessionDB]) -> None:
+    db = new_store(owner="gw-a", lease_seconds=LEASE)
+    make_pending(db, "a", "b", "c", started_at=1.0)
+    db.claim_pending_handoffs(2)
+
+    done = db.fail_handoffs({"a": "403 Forbidden", "b": ValueError("x" * 600), "c": "pending"})
+
+    assert done == {"a": True, "b": True, "c": False}
+    assert db.get_handoff_state("a")["error"] == "403 Forbidden"
+    assert db.get_handoff_state("b")["error"] == "x" * 500
+    assert db.get_handoff_state("c") == {"state": "pending", "platform": "telegram", "error": None}
+    details = [db.handoff_history(i)[-1]["detail"] for i in ("a", "b")]
+    assert details == ["403 Forbidden", "x" * 500]
+
+
+def test_an_ownerless_store_finishes_any_running_row(new_store: Callable[..., SessionDB]) -> None:
+    gateway = new_store(owner="gw-a")
+    operator = new_store()
+    make_pending(gateway, "a", "b", started_at=1.0)
+    gateway.claim_pending_handoffs(2)
+    assert operator.complete_handoffs(["a", "b"]) == {"a": True, "b": True}
+    assert operator.complete_handoffs([]) == {}
+
+
+def test_bad_batches_are_refused_before_anything_changes(store: SessionDB) -> None:
+    make_pending(store, "a")
+    store.claim_handoff("a")
+    with pytest.raises(InvalidInputTypeError):
+        store.complete_handoffs("a")  # a string is not a list of ids
+    with pytest.raises(InvalidInputTypeError):
+        store.fail_handoffs(["a"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        store.complete_handoffs(["a", ""])
+    assert store.get_handoff_state("a")["state"] == "running"
+
+
+@pytest.mark.asyncio
+async def test_the_async_stores_finish_batches_too(backend_url: URL) -> None:
+    native = NativeAsyncSessionDB(url=backend_url, owner="native", lease_seconds=LEASE)
+    try:
+        for session_id in ("a", "b"):
+            await native.create_session(session_id, "cli")
+            assert await native.request_handoff(session_id, "telegram")
+        assert len(await native.claim_pending_handoffs(5)) == 2
+        assert await native.complete_handoffs(["a"]) == {"a": True}
+        assert await native.fail_handoffs({"b": "boom", "a": "late"}) == {"b": True, "a": False}
+    finally:
+        await native.close()
