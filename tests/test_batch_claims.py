@@ -208,30 +208,39 @@ def test_complete_many_each_fenced_by_its_own_claim(new_store: Callable[..., Ses
     clock = HandClock(1000.0)
     mine = new_store(owner="gw-a", lease_seconds=LEASE, clock=clock)
     theirs = new_store(owner="gw-b", lease_seconds=LEASE, clock=clock)
-    make_pending(mine, "ok-1", "ok-2", "rescued", "taken", "waiting", started_at=1.0)
-    assert [r["id"] for r in mine.claim_pending_handoffs(4)] == ["ok-1", "ok-2", "rescued", "taken"]
-    # "rescued": its lease expires, another gateway reclaims it, and it is retried and claimed
-    # again elsewhere: a newer attempt that our stale claim must not complete.
+    # The same gateway name in another process (or this gateway's next life): its own ledger.
+    again = new_store(owner="gw-a", lease_seconds=LEASE, clock=clock)
+    make_pending(mine, "ok-1", "ok-2", "rescued", "reclaimed", "waiting", started_at=1.0)
+    claimed = [r["id"] for r in mine.claim_pending_handoffs(4)]
+    assert claimed == ["ok-1", "ok-2", "rescued", "reclaimed"]
+    # Every lease expires and another gateway reclaims the rows. Then "rescued" is retried and
+    # claimed again under the same owner name: a newer attempt our stale claim must not finish;
+    # "reclaimed" is retried and claimed by gw-b.
     clock.advance(LEASE + 1)
-    assert theirs.reclaim_expired_handoffs("expired") == ["ok-1", "ok-2", "rescued", "taken"]
-    for session_id in ("ok-1", "ok-2"):  # put back under our claim for the test
+    assert theirs.reclaim_expired_handoffs("expired") == sorted(claimed)
+    for session_id in claimed:
         assert theirs.retry_handoff(session_id) is True
-    assert theirs.retry_handoff("rescued") is True
-    assert theirs.claim_handoff("rescued") is True
+    assert again.claim_handoff("rescued") is True
+    assert theirs.claim_handoff("reclaimed") is True
     assert [r["id"] for r in mine.claim_pending_handoffs(2)] == ["ok-1", "ok-2"]
     before = len(mine.handoff_history("ok-1"))
 
-    done = mine.complete_handoffs(["ok-1", "rescued", "ok-2", "waiting", "unknown"])
+    done = mine.complete_handoffs(["ok-1", "rescued", "reclaimed", "ok-2", "waiting", "unknown"])
 
     assert done == {
         "ok-1": True,
-        "rescued": False,  # running under gw-b's newer attempt
+        "rescued": False,  # gw-a's newer attempt, not the one this store claimed
+        "reclaimed": False,  # gw-b's claim
         "ok-2": True,
         "waiting": False,  # pending, never claimed
         "unknown": False,
     }
-    assert handoff_row(mine, "rescued")["state"] == "running"
-    assert handoff_row(mine, "rescued")["owner"] == "gw-b"
+    assert handoff_row(mine, "rescued") == {**handoff_row(mine, "rescued"), "state": "running"}
+    assert (handoff_row(mine, "rescued")["owner"], handoff_row(mine, "rescued")["attempt"]) == (
+        "gw-a",
+        2,
+    )
+    assert handoff_row(mine, "reclaimed")["owner"] == "gw-b"
     assert mine.get_handoff_state("waiting")["state"] == "pending"
     history = mine.handoff_history("ok-1")
     assert len(history) == before + 1
