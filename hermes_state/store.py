@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -183,6 +183,12 @@ class SessionDB(StoreSettings):
         """pending -> running, atomically: of concurrent claimers exactly one gets True."""
         return self._run(self._plans.claim_handoff(session_id))
 
+    def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
+        """Claim up to ``limit`` pending rows (of ``platform``, when given), oldest
+        ``started_at`` first, in one statement where the backend allows; returns them as
+        claimed (running, owner, lease, attempt). Concurrent callers get disjoint rows."""
+        return self._run(self._plans.claim_pending_handoffs(limit, platform))
+
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed, clearing the error. With an owner, only this store's claim."""
         return self._run(self._plans.complete_handoff(session_id))
@@ -194,6 +200,19 @@ class SessionDB(StoreSettings):
         states it may fail from (a waiter passes ``("pending",)`` so a claimed row is never
         failed under its gateway). With an owner, a running row only under this store's claim."""
         return self._run(self._plans.fail_handoff(session_id, error, only_states))
+
+    def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]:
+        """Complete many running rows at once (one statement on PostgreSQL, one transaction
+        elsewhere), each fenced like :meth:`complete_handoff` on its own claim's attempt.
+        Returns ``{id: completed}``: False for each row refused (not running, not this
+        store's claim)."""
+        return self._run(self._plans.complete_handoffs(session_ids))
+
+    def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
+        """Fail many running rows at once, ``{id: error}``, each error stored as
+        ``str(error)[:500]`` and each row fenced like :meth:`fail_handoff`. Returns
+        ``{id: failed}``."""
+        return self._run(self._plans.fail_handoffs(errors))
 
     def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         """Extend the leases this owner still holds; returns the ids renewed."""

@@ -90,12 +90,14 @@ def require_text(name: str, value: object, *, nullable: bool = True) -> str | No
     return value
 
 
-def require_count(name: str, value: object) -> int:
-    """A whole number >= 1."""
+def require_count(name: str, value: object, *, maximum: int | None = None) -> int:
+    """A whole number >= 1 (and <= ``maximum`` when given)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
     if value < 1:
         raise InvalidInputError(f"{name} must be at least 1, not {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidInputError(f"{name} must be at most {maximum}, not {value}")
     return value
 
 
