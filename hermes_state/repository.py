@@ -235,23 +235,31 @@ def _create_session(caps: Capabilities, params: Mapping[str, Any]) -> Body[str]:
 
 
 def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
+    if caps.single_statement:
+        appended = yield Step(statements.append_message_counted(), params)
+        if not appended.rows:
+            raise _unknown_session(params["session_id"])
+        return int(appended.rows[0]["id"])
     returning = caps.insert_returning
     outcome = yield Step(
         statements.append_message(returning), params, wants_lastrowid=not returning
     )
     if outcome.rowcount == 0 and not outcome.rows:
-        raise UnknownSessionError(
-            f"session {params['session_id']!r} does not exist; create it with create_session first"
-        )
+        raise _unknown_session(params["session_id"])
     if outcome.rows:
         message_id = int(outcome.rows[0]["id"])
     elif outcome.lastrowid is None:
         raise HermesStateError("the database driver reported no id for the inserted message")
     else:
         message_id = outcome.lastrowid
-    counters = {"session_id": params["session_id"], "tool_calls": params["tool_calls_added"]}
-    yield Step(statements.count_appended_message(), counters)
+    yield Step(statements.count_appended_message(), params)
     return message_id
+
+
+def _unknown_session(session_id: str) -> UnknownSessionError:
+    return UnknownSessionError(
+        f"session {session_id!r} does not exist; create it with create_session first"
+    )
 
 
 #: Columns of upstream's newest files that are its own bookkeeping, not part of a message.

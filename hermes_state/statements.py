@@ -54,6 +54,7 @@ __all__ = [
     "ReclaimScope",
     "Transition",
     "append_message",
+    "append_message_counted",
     "claim_handoff",
     "claim_pending_statement",
     "claim_pending_transition",
@@ -209,15 +210,24 @@ def append_message(returning: bool) -> Insert:
 @functools.cache
 def count_appended_message() -> Update:
     """Upstream's counters after one append, in the append's transaction: one more message and
-    ``:tool_calls`` more tool calls (a NULL counter stays NULL, as upstream leaves it)."""
+    ``:tool_calls_added`` more tool calls (a NULL counter stays NULL, as upstream leaves it)."""
     return (
         sessions.update()
         .where(_c.id == bindparam("session_id"))
         .values(
             message_count=_c.message_count + 1,
-            tool_call_count=_c.tool_call_count + bindparam("tool_calls", type_=Integer()),
+            tool_call_count=_c.tool_call_count + bindparam("tool_calls_added", type_=Integer()),
         )
     )
+
+
+@functools.cache
+def append_message_counted() -> Select[tuple[int]]:
+    """PostgreSQL, one statement: the append and its counters (see :func:`append_message` and
+    :func:`count_appended_message`); returns the new id, no row for an unknown session."""
+    inserted = append_message(True).cte("inserted")
+    counted = count_appended_message().where(exists(select(inserted.c.id))).cte("counted")
+    return select(inserted.c.id).add_cte(counted)
 
 
 @functools.cache
