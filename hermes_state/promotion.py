@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final
 
 from sqlalchemy import (
@@ -30,11 +31,9 @@ from sqlalchemy import (
     Column,
     Connection,
     Double,
-    Float,
     Integer,
     LargeBinary,
     MetaData,
-    Numeric,
     PrimaryKeyConstraint,
     String,
     Table,
@@ -173,15 +172,19 @@ _KIND_OF_AFFINITY: Final = {
 
 
 def _kind_of_type(type_: TypeEngine[Any]) -> str:
-    """The kind of a column reflected from a server (or from a target)."""
-    if isinstance(type_, Integer):
-        return "integer"
-    if isinstance(type_, Float | Numeric):
-        return "real"
-    if isinstance(type_, LargeBinary):
-        return "blob"
+    """The kind of a column reflected from a server (or from a target), by its Python values."""
     if isinstance(type_, NullType):
         return "any"
+    try:
+        python = type_.python_type
+    except NotImplementedError:
+        return "text"
+    if issubclass(python, int):  # bool too
+        return "integer"
+    if issubclass(python, float | Decimal):
+        return "real"
+    if issubclass(python, bytes):
+        return "blob"
     return "text"
 
 
@@ -329,6 +332,7 @@ def _carried(reading: Connection, table: Table) -> _Carried:
                 "blob": LargeBinary(),
             }[kind]
     else:
+        _reals_as_floats(table)
         for column in table.columns:
             kind = _kind_of_type(column.type)
             length = getattr(column.type, "length", None) if kind == "text" else None
@@ -402,7 +406,18 @@ def _apply_shape(writing: Connection, carried: _Carried) -> None:
         operations = Operations(MigrationContext.configure(writing))
         for column in carried.add:
             operations.add_column(carried.name, column)
-    carried.target = Table(carried.name, MetaData(), autoload_with=writing, resolve_fks=False)
+    carried.target = _reals_as_floats(
+        Table(carried.name, MetaData(), autoload_with=writing, resolve_fks=False)
+    )
+
+
+def _reals_as_floats(table: Table) -> Table:
+    """Read every real column as float: MySQL's reflected DOUBLE would give Decimals, which
+    compare unequal to the same value read from SQLite or PostgreSQL."""
+    for column in table.columns:
+        if getattr(column.type, "asdecimal", False) and not isinstance(column.type, Integer):
+            column.type.asdecimal = False  # type: ignore[attr-defined]
+    return table
 
 
 # -- the pre-flight -------------------------------------------------------------------------------

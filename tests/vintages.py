@@ -402,7 +402,8 @@ _FTS_SUFFIXES: Final = ("_data", "_idx", "_content", "_docsize", "_config")
 
 
 def primary_tables(path: Path) -> list[str]:
-    """The tables holding primary data: not FTS5 indexes or their shadows, not SQLite's own."""
+    """The tables holding primary data: not FTS5 indexes or their shadows, not SQLite's own,
+    not the bookkeeping hermes-state adds when it adopts a file."""
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         rows = connection.execute(
@@ -412,7 +413,11 @@ def primary_tables(path: Path) -> list[str]:
         connection.close()
     virtual = {name for name, sql in rows if (sql or "").startswith("CREATE VIRTUAL")}
     derived = virtual | {name + suffix for name in virtual for suffix in _FTS_SUFFIXES}
-    return [name for name, _ in rows if name not in derived and not name.startswith("sqlite_")]
+    return [
+        name
+        for name, _ in rows
+        if name not in derived and not name.startswith(("sqlite_", "hermes_state_"))
+    ]
 
 
 def table_rows(path: Path, table: str) -> list[dict[str, Any]]:

@@ -123,7 +123,8 @@ def run_current(args: argparse.Namespace, out: Output) -> int:
         }
     )
     out.line(
-        f"{revision or 'base'}{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
+        f"{revision or schema.NO_REVISION}"
+        f"{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
     )
     return EXIT_OK
 
@@ -156,19 +157,24 @@ def run_history(args: argparse.Namespace, out: Output) -> int:
 
 def run_check(args: argparse.Namespace, out: Output) -> int:
     url = database_url(args, must_exist=True)
-    drifts = schema.check(url)
+    found = schema.compare(url)
     out.json(
         {
             "database": describe(url),
-            "in_sync": not drifts,
-            "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in drifts],
+            "in_sync": not found.drifts,
+            "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in found.drifts],
+            "adopted": [{"kind": drift.kind, "detail": drift.detail} for drift in found.adopted],
         }
     )
-    if not drifts:
+    if found.adopted:
+        out.line("adopted (legacy columns that predate hermes-state, kept as they were):")
+        for drift in found.adopted:
+            out.line(f"  {drift}")
+    if not found.drifts:
         out.line(f"{describe(url)} matches the models at {schema.HEAD_REVISION}")
         return EXIT_OK
     out.line(f"{describe(url)} differs from the models:")
-    for drift in drifts:
+    for drift in found.drifts:
         out.line(f"  {drift}")
     return EXIT_REFUSED
 
