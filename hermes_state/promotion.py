@@ -42,13 +42,16 @@ from sqlalchemy import (
     case,
     func,
     inspect,
+    literal_column,
+    null,
     select,
     text,
     tuple_,
 )
 from sqlalchemy.dialects.mysql import LONGBLOB, LONGTEXT
 from sqlalchemy.engine import Dialect
-from sqlalchemy.schema import SchemaItem
+from sqlalchemy.schema import DefaultClause, SchemaItem
+from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import NullType, TypeEngine
 
 from .engine import READ_ONLY, describe, is_sqlite, make_engine
@@ -355,7 +358,9 @@ def _shape(writing: Connection, carried: _Carried) -> None:
     dialect = writing.dialect
     metadata = MetaData()
     if inspect(writing).has_table(carried.name):
-        existing = Table(carried.name, metadata, autoload_with=writing, resolve_fks=False)
+        existing = _reals_as_floats(
+            Table(carried.name, metadata, autoload_with=writing, resolve_fks=False)
+        )
         for column in carried.columns:
             if column.name in existing.c:
                 continue
@@ -568,13 +573,14 @@ def copy_database(
             writing.rollback()
             resolved = _resolve_fills(fills, plan, writing.dialect)
             _preflight(reading, plan, resolved, writing.dialect)
-            for carried in plan:
-                _apply_shape(writing, carried)
-            writing.commit()  # DDL first: MySQL commits it implicitly anyway
-            for carried in plan:
-                _analyze(writing, carried)  # the key lookups below need fresh statistics
             if not force:
                 _refuse_conflicts(reading, writing, plan, resolved, batch_size)
+            # Only now is anything written: the shape first (MySQL commits DDL anyway).
+            for carried in plan:
+                _apply_shape(writing, carried)
+            writing.commit()
+            for carried in plan:
+                _analyze(writing, carried)  # the key lookups below need fresh statistics
             reports = []
             for carried in plan:
                 with translated(f"{where} (table {carried.name})"):
@@ -606,10 +612,19 @@ class _Rows:
     """One carried table's rows as they travel: source order, fills applied."""
 
     def __init__(self, carried: _Carried, fills: dict[str, Any]) -> None:
-        assert carried.target is not None
         self.carried = carried
         self.names = [column.name for column in carried.columns]
-        self.target_columns = [carried.target.c[name] for name in self.names]
+        if carried.target is not None:
+            self.target_columns: list[Any] = [carried.target.c[name] for name in self.names]
+        else:
+            # Before the target is shaped: a column still to be added reads as what adding it
+            # will give the present rows, its default or NULL.
+            assert carried.planned is not None
+            pending = {column.name: column for column in carried.add}
+            self.target_columns = [
+                _as_added(pending[name]) if name in pending else carried.planned.c[name]
+                for name in self.names
+            ]
         self.key_positions = [self.names.index(name) for name in carried.keys]
         self.fills = [(self.names.index(name), value) for name, value in fills.items()]
 
@@ -667,6 +682,13 @@ class _Rows:
         return {self.key(row): tuple(row) for row in found}
 
 
+def _as_added(column: Column[Any]) -> Any:
+    default = column.server_default
+    if isinstance(default, DefaultClause) and isinstance(default.arg, TextClause):
+        return literal_column(default.arg.text).label(column.name)
+    return null().label(column.name)
+
+
 def _refuse_conflicts(
     reading: Connection,
     writing: Connection,
@@ -677,8 +699,8 @@ def _refuse_conflicts(
     """Before writing rows: stop if any target row differs from its source row."""
     conflicts: list[str] = []
     for carried in plan:
-        assert carried.target is not None
-        if carried.create or _count(writing, carried.target) == 0:
+        assert carried.planned is not None
+        if carried.create or _count(writing, carried.planned) == 0:
             continue  # an empty target table cannot conflict
         rows = _Rows(carried, fills.get(carried.name, {}))
         for batch in rows.batches(reading, batch_size):

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from tests.conftest import CliResult, database_at_head, sqlite_url, url_arg
+from tests.digest import database_digest
 from tests.vintages import VERSIONS, build_vintage, copy_real_schema11, primary_tables, table_rows
 
 VINTAGES = [*(str(version) for version in VERSIONS), "real-11"]
@@ -124,3 +125,41 @@ def test_the_transcript_keeps_what_upstream_reads(server: URL, tmp_path: Path) -
     assert any("ünïcödé ✓" in (row["content"] or "") for row in rows)
     locks = server_rows(server, "compression_locks")
     assert [lock["holder"] for lock in locks] == ["pid=4242:host=laptop"]
+
+
+def test_a_target_promoted_without_the_legacy_columns_is_completed_only_with_force(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    """A server that got only the modelled columns earlier: its rows now lack data the source
+    has; the copy says so before touching anything, and --force completes them."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.pool import NullPool
+
+    from hermes_state.models import sessions
+    from tests.digest import sync_url
+    from tests.digest import table_rows as server_rows
+
+    built = build_vintage(tmp_path / "v16" / "state.db", 16)
+    source = sqlite_url(built.path.parent)
+    assert cli("--url", str(built.path), "db", "upgrade").code == 0
+    with database_at_head("postgresql", tmp_path / "server") as server:
+        engines = [create_engine(sync_url(url), poolclass=NullPool) for url in (source, server)]
+        try:
+            with engines[0].connect() as reading, engines[1].begin() as writing:
+                rows = [dict(row) for row in reading.execute(select(sessions)).mappings()]
+                writing.execute(sessions.insert(), rows)
+        finally:
+            for engine in engines:
+                engine.dispose()
+        before = database_digest(server)
+        refused = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(server))
+        assert refused.code == 1
+        assert "4 row(s) already in the target differ" in refused.err
+        assert database_digest(server) == before  # no column added, no table created
+
+        forced = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(server), "--force")
+        assert forced.code == 0, forced.err
+        cwd = {row["id"]: row["cwd"] for row in server_rows(server, "sessions")}
+        assert cwd["dc-plain"] == "/home/user/projets/dc-plain"
+        again = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(server), "--json")
+        assert all(table["copied"] == table["overwritten"] == 0 for table in again.json()["tables"])
