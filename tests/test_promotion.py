@@ -1,11 +1,13 @@
 """Promotion: ``hermes-state db copy --to URL`` and ``promotion.copy_database``.
 
 A SQLite source with sessions in every handoff state, owners and leases, transcripts and an
-audit trail is copied to PostgreSQL (and to SQLite, and to MariaDB when configured); the copied
-tables are compared row by row (modelled columns, ordered by primary key) between source and
-target. A second run copies nothing; a copy killed half way (a real process, SIGKILL) resumes
-when run again; a target row that differs stops the copy before anything is written unless
-``--force``. Memory boundedness is measured in ``bench/``, not here.
+audit trail is copied to SQLite, PostgreSQL and MariaDB; the modelled tables are compared row
+by row between source and target (the upstream files of ``tests/vintages.py`` check every
+table and column in ``test_vintages.py``). A second run copies nothing; a copy killed half way
+(a real process, SIGKILL) resumes when run again; a target row that differs stops the copy
+before anything is written unless ``--force``; rows the target cannot take (NULL in NOT NULL,
+too long, mistyped) refuse the copy up front, and ``--fill`` supplies NULLs' values. Memory
+boundedness is measured in ``bench/``, not here.
 """
 
 from __future__ import annotations

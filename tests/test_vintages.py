@@ -9,6 +9,7 @@ server too, extra tables and columns included.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,3 +164,41 @@ def test_a_target_promoted_without_the_legacy_columns_is_completed_only_with_for
         assert cwd["dc-plain"] == "/home/user/projets/dc-plain"
         again = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(server), "--json")
         assert all(table["copied"] == table["overwritten"] == 0 for table in again.json()["tables"])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
+def test_legacy_columns_that_differ_are_adopted_not_drift(
+    backend: str, tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    """A hand-made legacy sessions table (loose types, NULLs allowed) on any backend: adopted,
+    and ``db check`` passes while naming what it keeps; a column hermes added still counts."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from hermes_state import schema
+    from tests.conftest import throwaway_database
+    from tests.digest import sync_url
+
+    real = {"sqlite": "REAL", "postgresql": "DOUBLE PRECISION", "mysql": "DOUBLE"}[backend]
+    # MariaDB: adoption's messages.session_id references this id, so the collations must match.
+    options = " CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin" if backend == "mysql" else ""
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            url = sqlite_url(tmp_path)
+        else:
+            url = stack.enter_context(throwaway_database(backend))
+        engine = create_engine(sync_url(url), poolclass=NullPool)
+        try:
+            with engine.begin() as connection:
+                connection.exec_driver_sql(
+                    f"CREATE TABLE sessions (id VARCHAR(255) PRIMARY KEY, source TEXT, "
+                    f"started_at {real}, ended_at {real}){options}"
+                )
+        finally:
+            engine.dispose()
+        schema.upgrade(url)
+        checked = cli("--url", url_arg(url), "db", "check", "--json")
+        assert checked.code == 0, checked.out
+        adopted = [entry["detail"] for entry in checked.json()["adopted"]]
+        assert any(detail.startswith("sessions.source") for detail in adopted)
+        assert not any(detail.startswith("sessions.handoff_") for detail in adopted)
