@@ -270,14 +270,19 @@ def _plan(reading: Connection) -> tuple[list[_Carried], list[SkippedTable]]:
     skipped: list[SkippedTable] = []
     derived: set[str] = set()
     if reading.dialect.name == "sqlite":
-        query = "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
-        for (virtual,) in reading.exec_driver_sql(query):
+        query = (
+            "SELECT name, sql FROM sqlite_master "
+            "WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
+        )
+        for virtual, sql in reading.exec_driver_sql(query):
             derived.add(virtual)
+            module = re.search(r"USING\s+(\w+)", sql or "", re.IGNORECASE)
             skipped.append(
                 SkippedTable(
                     virtual,
-                    "FTS5 full-text index derived from messages; rebuilt from messages on a "
-                    "SQLite file by hermes' FTS rebuild (a server has no FTS5)",
+                    f"{module.group(1).upper() if module else 'virtual'} index derived from "
+                    "messages: a server has none; on a SQLite file hermes recreates it and its "
+                    "triggers on open, and its FTS rebuild refills it from messages",
                 )
             )
             for suffix in FTS5_SHADOW_SUFFIXES:
@@ -286,11 +291,13 @@ def _plan(reading: Connection) -> tuple[list[_Carried], list[SkippedTable]]:
                     skipped.append(
                         SkippedTable(virtual + suffix, f"FTS5 shadow table of {virtual}")
                     )
-        skipped.append(
-            SkippedTable(
-                "sqlite_sequence", "SQLite's AUTOINCREMENT counters; each target keeps its own"
+        counters = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'"
+        if reading.exec_driver_sql(counters).first() is not None:
+            skipped.append(
+                SkippedTable(
+                    "sqlite_sequence", "SQLite's AUTOINCREMENT counters; each target keeps its own"
+                )
             )
-        )
     for bookkeeping in (VERSION_TABLE, ADOPTION_TABLE):
         if bookkeeping in names:
             derived.add(bookkeeping)
