@@ -75,7 +75,8 @@ def test_promotion_and_back_is_an_identity(
     vintage: Path, server: URL, tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     source = sqlite_url(vintage.parent)
-    there = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(server), "--json")
+    copy = ["--url", url_arg(source), "db", "copy", "--to", url_arg(server)]
+    there = cli(*copy, "--batch-size", "2", "--json")
     assert there.code == 0, there.err
     report = there.json()
     copied = {table["table"]: table for table in report["tables"]}
@@ -103,7 +104,7 @@ def test_promotion_and_back_is_an_identity(
     assert all(table["copied"] == 0 for table in again.json()["tables"])
 
     back = tmp_path / "back" / "state.db"
-    home = cli("--url", url_arg(server), "db", "copy", "--to", str(back))
+    home = cli("--url", url_arg(server), "db", "copy", "--to", str(back), "--batch-size", "2")
     assert home.code == 0, home.err
     assert every_row(back, like=vintage) == original
     assert cli("--url", str(back), "db", "check").code == 0
@@ -202,3 +203,27 @@ def test_legacy_columns_that_differ_are_adopted_not_drift(
         adopted = [entry["detail"] for entry in checked.json()["adopted"]]
         assert any(detail.startswith("sessions.source") for detail in adopted)
         assert not any(detail.startswith("sessions.handoff_") for detail in adopted)
+
+
+def test_a_table_without_a_key_is_compared_whole(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    """Upstream's schema_version has no primary key: copied whole, compared as a whole."""
+    import sqlite3
+
+    built = build_vintage(tmp_path / "v11" / "state.db", 11)
+    target = tmp_path / "target" / "state.db"
+    argv = ["--url", str(built.path), "db", "copy", "--to", str(target)]
+    assert cli(*argv).code == 0
+    connection = sqlite3.connect(target)
+    with connection:
+        connection.execute("UPDATE schema_version SET version = 99")
+    connection.close()
+    refused = cli(*argv)
+    assert refused.code == 1
+    assert "schema_version (its rows as a whole)" in refused.err
+    forced = cli(*argv, "--force", "--json")
+    assert forced.code == 0, forced.err
+    report = {table["table"]: table for table in forced.json()["tables"]}
+    assert report["schema_version"]["overwritten"] == 1
+    assert table_rows(target, "schema_version") == [{"version": 11}]

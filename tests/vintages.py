@@ -365,19 +365,25 @@ def _fill(connection: sqlite3.Connection, built: Vintage) -> None:
                 "intro_message_id": "9001",
             },
         )
-        _insert(
-            connection,
-            "telegram_dm_topic_bindings",
-            {
-                "chat_id": "424242",
-                "thread_id": "17",
-                "user_id": "user-1",
-                "session_key": "agent:main:telegram:dm:424242:17",
-                "session_id": "tg-42-7",
-                "linked_at": T0 + 6,
-                "updated_at": T0 + 7,
-            },
-        )
+        # Three bindings (each session at most once): the composite key pages in batches.
+        for chat_id, thread_id, session_id in (
+            ("424242", "17", "tg-42-7"),
+            ("424242", "18", "dc-plain"),
+            ("424243", "1", "cron-nightly"),
+        ):
+            _insert(
+                connection,
+                "telegram_dm_topic_bindings",
+                {
+                    "chat_id": chat_id,
+                    "thread_id": thread_id,
+                    "user_id": "user-1",
+                    "session_key": f"agent:main:telegram:dm:{chat_id}:{thread_id}",
+                    "session_id": session_id,
+                    "linked_at": T0 + 6,
+                    "updated_at": T0 + 7,
+                },
+            )
     if built.version >= 16:
         _insert(
             connection,
