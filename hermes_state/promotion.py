@@ -493,6 +493,19 @@ def _preflight(
     for carried in plan:
         assert carried.planned is not None
         checks: list[tuple[str, Any]] = []
+        carried_names = {column.name for column in carried.columns}
+        for extra in carried.planned.columns:
+            # A target column the source lacks gets its default; without one, no row can go.
+            if (
+                extra.name not in carried_names
+                and not extra.nullable
+                and extra.server_default is None
+                and extra is not carried.planned.autoincrement_column
+            ):
+                problems.append(
+                    f"{carried.name}.{extra.name}: the target requires a value (NOT NULL, no "
+                    "default) and the source has no such column; give it a default on the target"
+                )
         for column in carried.columns:
             source_column = carried.source.c[column.name]
             target_column = carried.planned.c[column.name]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
@@ -715,3 +715,20 @@ def test_no_revision_has_one_name(source: URL, cli: Callable[..., CliResult]) ->
         assert f"database is at {schema.NO_REVISION}," in checked.out
         copied = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(empty))
         assert f"is at revision {schema.NO_REVISION}," in copied.err
+
+
+def test_a_target_column_the_source_cannot_fill_is_refused_up_front(
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    execute(source, text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"))
+    execute(source, text("INSERT INTO notes (id, body) VALUES (1, 'x')"))
+    with database_at_head("sqlite", tmp_path / "target") as target:
+        execute(
+            target,
+            text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT, owner TEXT NOT NULL)"),
+        )
+        before = database_digest(target)
+        refused = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+        assert refused.code == 1
+        assert "notes.owner: the target requires a value" in refused.err
+        assert database_digest(target) == before
