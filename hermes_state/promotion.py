@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Final
 
 from sqlalchemy import (
@@ -49,7 +50,7 @@ from sqlalchemy import (
     tuple_,
 )
 from sqlalchemy.dialects.mysql import LONGBLOB, LONGTEXT
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.schema import DefaultClause, SchemaItem
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import NullType, TypeEngine
@@ -579,6 +580,9 @@ def copy_database(
         raise InvalidInputError(f"batch size must be at least 1, not {batch_size}")
     if database_key(source_url) == database_key(target_url):
         raise InvalidInputError(f"{describe(source_url)} is both the source and the target")
+    # A refused copy leaves no trace: not even a new target file, if this call made it.
+    new_file = _absent_sqlite_file(target_url)
+    refused = False
     source, target = make_engine(source_url), make_engine(target_url)
     where = f"the copy from {describe(source_url)} to {describe(target_url)}"
     try:
@@ -620,12 +624,25 @@ def copy_database(
                 assert carried.target is not None
                 table_report.target_rows = _count(writing, carried.target)
             writing.commit()
+    except (CopyRefusedError, InvalidInputError):
+        refused = True
+        raise
     finally:
         source.dispose()
         target.dispose()
+        if refused and new_file is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{new_file}{suffix}").unlink(missing_ok=True)
     copied = CopyReport(describe(source_url), describe(target_url), reports, skipped)
     _verify(copied)
     return copied
+
+
+def _absent_sqlite_file(url: Any) -> Path | None:
+    if isinstance(url, URL) and is_sqlite(url) and url.database:
+        path = Path(url.database)
+        return None if path.exists() else path
+    return None
 
 
 class _Rows:

@@ -228,7 +228,7 @@ def test_round_trip_then_nothing_more(
     target_digest = database_digest(target)
     second = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
     assert second.code == 0, second.err
-    copied_part, skipped_part = second.out.split("not copied (derived):")
+    copied_part, skipped_part = second.out.split("not copied (derived or bookkeeping):")
     lines = [line for line in copied_part.splitlines() if line.startswith("  ")]
     assert len(lines) == 3
     assert "hermes_state_alembic_version: hermes-state bookkeeping" in skipped_part
@@ -600,6 +600,10 @@ def test_a_hand_made_legacy_file_is_checked_refused_then_filled(
         with pytest.raises(CopyRefusedError):
             copy_database(source, target)
         assert database_digest(target) == before
+        # A new SQLite file as the target: refused the same way, and not left behind.
+        new_file = tmp_path / "new" / "state.db"
+        assert cli("--url", url_arg(source), "db", "copy", "--to", str(new_file)).code == 1
+        assert list(new_file.parent.iterdir()) == []
 
         filled = cli(
             "--url",
@@ -665,6 +669,7 @@ def test_fill_is_checked_as_bad_input(
         result = cli("--url", url_arg(source), "db", "copy", "--to", str(target), "--fill", fill)
         assert result.code == 2, (fill, result.err)
         assert says in result.err, result.err
+        assert not target.exists()
     # Its environment twin takes a comma-separated list.
     monkeypatch.setenv("HERMES_STATE_COPY_FILL", "sessions.nowhere=1,sessions.source=x")
     result = cli("--url", url_arg(source), "db", "copy", "--to", str(target))

@@ -229,7 +229,7 @@ def run_copy(args: argparse.Namespace, out: Output) -> int:
             f"(target now {table.target_rows}){shaped}"
         )
     if report.skipped:
-        out.line("not copied (derived):")
+        out.line("not copied (derived or bookkeeping):")
         for skip in report.skipped:
             out.line(f"  {skip.table}: {skip.reason}")
     return EXIT_OK
