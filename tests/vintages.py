@@ -36,6 +36,7 @@ __all__ = [
     "build_vintage",
     "copy_real_schema11",
     "primary_tables",
+    "schema_statements",
     "table_rows",
 ]
 
