@@ -17,6 +17,7 @@ from . import (
     add_option,
     database_url,
     positive_int,
+    repeated,
 )
 
 
@@ -42,11 +43,15 @@ def register(commands: Any) -> None:
 
     copy = actions.add_parser(
         "copy",
-        help="copy sessions, messages and handoff events to another database (promotion)",
-        description="Copy every session, message, handoff state and audit event to the "
-        "database at --to (at head revision). Idempotent: rows already there and identical are "
-        "skipped; rows that differ stop the copy before anything is written unless --force. "
-        "Streams in batches and commits each, so an interrupted copy resumes when re-run.",
+        help="copy every table of primary data to another database (promotion)",
+        description="Copy every table and column of the database to the one at --to (at head "
+        "revision), creating the tables and columns it lacks; FTS indexes and bookkeeping "
+        "tables are derived and left behind (the summary names them). Source rows the target "
+        "cannot take (NULL in a NOT NULL column, too long, wrong type) refuse the copy before "
+        "anything is written; --fill supplies values for NULLs. Idempotent: rows already there "
+        "and identical are skipped; rows that differ stop the copy before anything is written "
+        "unless --force. Streams in batches and commits each, so an interrupted copy resumes "
+        "when re-run.",
     )
     add_option(copy, "--to", env="HERMES_STATE_COPY_TO", metavar="URL", help="target database")
     add_option(
@@ -55,6 +60,15 @@ def register(commands: Any) -> None:
         env="HERMES_STATE_COPY_FORCE",
         flag=True,
         help="overwrite target rows that differ",
+    )
+    add_option(
+        copy,
+        "--fill",
+        env="HERMES_STATE_COPY_FILL",
+        repeatable=True,
+        metavar="TABLE.COLUMN=VALUE",
+        help="value for NULLs of a source column the target requires (NOT NULL); "
+        "repeatable; env: comma-separated",
     )
     add_option(
         copy,
@@ -109,7 +123,8 @@ def run_current(args: argparse.Namespace, out: Output) -> int:
         }
     )
     out.line(
-        f"{revision or 'base'}{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
+        f"{revision or schema.NO_REVISION}"
+        f"{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
     )
     return EXIT_OK
 
@@ -142,28 +157,34 @@ def run_history(args: argparse.Namespace, out: Output) -> int:
 
 def run_check(args: argparse.Namespace, out: Output) -> int:
     url = database_url(args, must_exist=True)
-    drifts = schema.check(url)
+    found = schema.compare(url)
     out.json(
         {
             "database": describe(url),
-            "in_sync": not drifts,
-            "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in drifts],
+            "in_sync": not found.drifts,
+            "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in found.drifts],
+            "adopted": [{"kind": drift.kind, "detail": drift.detail} for drift in found.adopted],
         }
     )
-    if not drifts:
+    if found.adopted:
+        out.line("adopted (legacy columns that predate hermes-state, kept as they were):")
+        for drift in found.adopted:
+            out.line(f"  {drift}")
+    if not found.drifts:
         out.line(f"{describe(url)} matches the models at {schema.HEAD_REVISION}")
         return EXIT_OK
     out.line(f"{describe(url)} differs from the models:")
-    for drift in drifts:
+    for drift in found.drifts:
         out.line(f"  {drift}")
     return EXIT_REFUSED
 
 
 def run_copy(args: argparse.Namespace, out: Output) -> int:
-    from ..promotion import copy_database
+    from ..promotion import Fill, copy_database
 
     if not args.to:
         raise InvalidInputError("db copy needs --to URL (or HERMES_STATE_COPY_TO)")
+    fills = [Fill.parse(given) for given in repeated(args, "fill")]
     source = database_url(args, must_exist=True)
     progress = _progress_bar(out.stderr) if out.stderr.isatty() and not out.as_json else None
     report = copy_database(
@@ -172,6 +193,7 @@ def run_copy(args: argparse.Namespace, out: Output) -> int:
         force=args.force,
         batch_size=args.batch_size,
         progress=progress,
+        fills=fills,
     )
     out.json(
         {
@@ -185,18 +207,31 @@ def run_copy(args: argparse.Namespace, out: Output) -> int:
                     "identical": table.identical,
                     "overwritten": table.overwritten,
                     "target_rows": table.target_rows,
+                    "created": table.created,
+                    "added_columns": table.added_columns,
                 }
                 for table in report.tables
             ],
+            "skipped": [{"table": skip.table, "reason": skip.reason} for skip in report.skipped],
         }
     )
     out.line(f"copied {report.source} -> {report.target}")
+    width = max([15, *(len(table.table) for table in report.tables)])
     for table in report.tables:
+        shaped = ""
+        if table.created:
+            shaped = "; table created"
+        elif table.added_columns:
+            shaped = f"; columns added: {', '.join(table.added_columns)}"
         out.line(
-            f"  {table.table:<15} {table.source_rows:>9} rows: {table.copied} copied, "
+            f"  {table.table:<{width}} {table.source_rows:>9} rows: {table.copied} copied, "
             f"{table.identical} already there, {table.overwritten} overwritten "
-            f"(target now {table.target_rows})"
+            f"(target now {table.target_rows}){shaped}"
         )
+    if report.skipped:
+        out.line("not copied (derived or bookkeeping):")
+        for skip in report.skipped:
+            out.line(f"  {skip.table}: {skip.reason}")
     return EXIT_OK
 
 
