@@ -1,0 +1,111 @@
+"""``hermes-state dashboard``: serve the operator's web page, JSON API, live events and metrics."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+from typing import Any, Final
+
+from ..errors import InvalidInputError
+from . import EXIT_OK, Output, add_option, database_url, whole_number
+
+logger = logging.getLogger("hermes_state.dashboard")
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8765
+
+
+def register(commands: Any) -> None:
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve a web dashboard of the handoffs (needs the dashboard extra)",
+        description="Serve the handoffs live: counts, running rows and leases, failures, each "
+        "session's history and transcript, a JSON API under /api/, Server-Sent Events at "
+        "/events and Prometheus metrics at /metrics. Without --token it is read-only.",
+    )
+    add_option(
+        dashboard,
+        "--host",
+        env="HERMES_STATE_DASHBOARD_HOST",
+        default=DEFAULT_HOST,
+        metavar="ADDR",
+        help=f"address to listen on (default {DEFAULT_HOST}; another than loopback needs --token)",
+    )
+    add_option(
+        dashboard,
+        "--port",
+        env="HERMES_STATE_DASHBOARD_PORT",
+        kind=whole_number(0),
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    add_option(
+        dashboard,
+        "--token",
+        env="HERMES_STATE_DASHBOARD_TOKEN",
+        metavar="TOKEN",
+        help="enables the actions (retry, withdraw, reclaim), sent as `Authorization: Bearer "
+        "TOKEN`; prefer the environment variable, which other users cannot see",
+    )
+    dashboard.set_defaults(command_function=run_dashboard)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def run_dashboard(args: argparse.Namespace, out: Output) -> int:
+    from ..dashboard import require_extra
+
+    if args.port > 65535:
+        raise InvalidInputError(f"--port must be a TCP port (0-65535), not {args.port}")
+    token = (args.token or "").strip() or None
+    if not token and not is_loopback(args.host):
+        raise InvalidInputError(
+            f"refusing to serve on {args.host} without a token: anyone who can reach it could "
+            "read every session; set --token (or HERMES_STATE_DASHBOARD_TOKEN), or bind 127.0.0.1"
+        )
+    require_extra()
+    import uvicorn
+
+    from ..dashboard.app import ACTOR, create_app
+    from ..facade import AsyncSessionDB
+    from ..store import SessionDB
+
+    store = SessionDB(url=database_url(args), actor=ACTOR)
+    try:
+        app = create_app(AsyncSessionDB(store), token=token, where=store.where)
+        mode = "actions enabled" if token else "read-only"
+        logger.info("dashboard of %s (%s)", store.where, mode)
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", lifespan="on"
+        )
+        server = uvicorn.Server(config)
+        _announce(server, out)
+        server.run()
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def _announce(server: Any, out: Output) -> None:
+    """Print the address once the socket is bound (the port may have been 0)."""
+    original = server.startup
+
+    async def startup(sockets: Any = None) -> None:
+        await original(sockets=sockets)
+        for bound in server.servers:
+            for sock in bound.sockets:
+                host, port = sock.getsockname()[:2]
+                out.line(f"dashboard on http://{host}:{port}/")
+                out.stdout.flush()
+                return
+
+    server.startup = startup
