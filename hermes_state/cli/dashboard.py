@@ -14,6 +14,8 @@ logger = logging.getLogger("hermes_state.dashboard")
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765
+#: Seconds a stopping server waits for requests in flight.
+GRACE: Final = 5
 
 
 def register(commands: Any) -> None:
@@ -85,10 +87,22 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> int:
         mode = "actions enabled" if token else "read-only"
         logger.info("dashboard of %s (%s)", store.where, mode)
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", lifespan="on"
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=GRACE,
         )
         server = uvicorn.Server(config)
         _announce(server, out)
+        stopping = server.handle_exit
+
+        def handle_exit(*signal_info: Any) -> None:
+            stopping(*signal_info)
+            app.state.dashboard.feed.close_streams_threadsafe()
+
+        server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
         server.run()
     finally:
         store.close()

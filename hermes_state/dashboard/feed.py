@@ -54,12 +54,16 @@ class Subscription:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
             self.dropped = True
-            # Make room for the end marker, so the stream ends as soon as the client reads.
-            with contextlib.suppress(asyncio.QueueEmpty):
-                self.queue.get_nowait()
-            self.queue.put_nowait(None)
+            self.close()
             return False
         return True
+
+    def close(self) -> None:
+        """Queue the end marker, making room for it: the stream ends once the client reads."""
+        if self.queue.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
 
 class ChangeFeed:
@@ -76,6 +80,7 @@ class ChangeFeed:
         self._listener: asyncio.Task[None] | None = None
         self._undo_subscribe: Callable[[], None] | None = None
         self.dropped_clients = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def clients(self) -> int:
@@ -83,7 +88,7 @@ class ChangeFeed:
 
     async def start(self) -> None:
         self._last = await self.store.last_handoff_event_id()
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         url = self.store.url
 
         def wake_from_any_thread() -> None:
@@ -107,10 +112,19 @@ class ChangeFeed:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        self.close_streams()
+
+    def close_streams(self) -> None:
+        """End every client's stream (they reconnect to a restarted dashboard by themselves)."""
         for subscription in list(self._subscriptions):
-            with contextlib.suppress(asyncio.QueueFull):
-                subscription.queue.put_nowait(None)
+            subscription.close()
         self._subscriptions.clear()
+
+    def close_streams_threadsafe(self) -> None:
+        """``close_streams`` from a signal handler or another thread: a server that is stopping
+        waits for open connections, and an event stream never closes by itself."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.close_streams)
 
     def wake(self) -> None:
         """Look for new events now (after this dashboard's own actions)."""
