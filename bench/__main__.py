@@ -32,6 +32,7 @@ BENCHMARKS: Final = (
     "wakeup",
     "open_cost",
     "copy_memory",
+    "dashboard",
 )
 
 Runner = Callable[[bool], list[Result]]
