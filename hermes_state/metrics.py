@@ -12,12 +12,12 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "StatsCollector", "WatcherMetrics", "render_stats"]
 
-CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
 #: Delivery and claim latencies span milliseconds (a local script) to minutes (a slow platform).
 _SECONDS_BUCKETS: Final = (

@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -183,14 +184,22 @@ def test_hostile_ids_route_and_render_escaped(db: SessionDB, backend_url: URL) -
             assert "<img src=x" not in text
 
 
-def test_session_paths_survive_url_normalisation() -> None:
+def test_session_paths_survive_dot_segment_resolution() -> None:
+    base = "http://127.0.0.1:8765/sessions/"
     for session_id in HOSTILE_IDS:
         path = session_path(session_id)
-        # What a browser would do to the path: resolve dot segments.
-        resolved = httpx.URL("http://h" + path).copy_with().path
-        assert resolved.startswith("/sessions"), (session_id, path)
-        assert "/../" not in path, path
-        assert not path.endswith("/.."), path
+        # What a browser does to a link before requesting it: resolve dot segments.
+        assert urljoin(base, path) == "http://127.0.0.1:8765" + path, session_id
+
+
+def test_a_loopback_dashboard_answers_only_to_loopback_names(tmp_path: Path) -> None:
+    with DashboardProcess(tmp_path / "state.db") as dashboard:
+        port = dashboard.base.rsplit(":", 1)[1]
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+            assert httpx.get(dashboard.base + "/api/stats", headers={"Host": host}).is_success
+        rebound = httpx.get(dashboard.base + "/api/stats", headers={"Host": f"evil.example:{port}"})
+        assert rebound.status_code == 400
+        assert "unexpected Host" in rebound.json()["error"]
 
 
 # -- actions --------------------------------------------------------------------------------

@@ -77,13 +77,17 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> int:
     require_extra()
     import uvicorn
 
-    from ..dashboard.app import ACTOR, create_app
+    from ..dashboard.app import ACTOR, LOOPBACK_NAMES, create_app
     from ..facade import AsyncSessionDB
     from ..store import SessionDB
 
     store = SessionDB(url=database_url(args), actor=ACTOR)
     try:
-        app = create_app(AsyncSessionDB(store), token=token, where=store.where)
+        # On loopback, answer only to loopback names (DNS rebinding); elsewhere any name.
+        allowed = LOOPBACK_NAMES if is_loopback(args.host) else None
+        app = create_app(
+            AsyncSessionDB(store), token=token, where=store.where, allowed_hosts=allowed
+        )
         mode = "actions enabled" if token else "read-only"
         logger.info("dashboard of %s (%s)", store.where, mode)
         config = uvicorn.Config(

@@ -13,16 +13,19 @@ import contextlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import HermesStateError, InvalidInputError, InvalidInputTypeError
 from ..metrics import CONTENT_TYPE, render_stats
@@ -30,8 +33,10 @@ from ..models import HandoffState
 from ..repository import STRANDED_ERROR
 from .feed import ChangeFeed
 
-__all__ = ["ACTOR", "WITHDRAWN_ERROR", "create_app", "session_path"]
+__all__ = ["ACTOR", "LOOPBACK_NAMES", "WITHDRAWN_ERROR", "create_app", "session_path"]
 
+#: The names a dashboard bound to a loopback address answers to.
+LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "::1")
 #: Who the audit trail names for the dashboard's actions.
 ACTOR: Final = "dashboard"
 WITHDRAWN_ERROR: Final = "Withdrawn by an operator from the dashboard."
@@ -147,9 +152,30 @@ class Dashboard:
 
 
 def _same_origin(origin: str, request: Request) -> bool:
-    parts = urlsplit(origin)
-    host = request.headers.get("host", "")
-    return parts.scheme == request.url.scheme and parts.netloc == host
+    # host:port only: behind a TLS-terminating proxy the scheme differs, the site does not.
+    return urlsplit(origin).netloc.lower() == request.headers.get("host", "").lower()
+
+
+class HostCheck:
+    """ASGI middleware: answer 400 to a request whose ``Host`` is not one of ``allowed``.
+
+    A dashboard on a loopback address must not answer under another name: a page on another
+    site could otherwise rebind its own name to 127.0.0.1 and read the dashboard's pages.
+    """
+
+    def __init__(self, app: ASGIApp, allowed: Collection[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(name.lower() for name in allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in {"http", "websocket"}:
+            host = Headers(scope=scope).get("host", "")
+            name = urlsplit(f"//{host}").hostname or ""
+            if name not in self.allowed:
+                message = f"unexpected Host {host!r}: open the dashboard by its own address"
+                await _error(400, message)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -183,10 +209,16 @@ def _json(document: Any, status_code: int = 200) -> Response:
 
 
 def create_app(
-    store: Any, *, token: str | None = None, where: str = "", feed_interval: float = 0.5
+    store: Any,
+    *,
+    token: str | None = None,
+    where: str = "",
+    feed_interval: float = 0.5,
+    allowed_hosts: Collection[str] | None = None,
 ) -> Starlette:
     """The dashboard for ``store`` (awaitable). ``token`` enables the actions; ``where`` is
-    shown in the header and must not carry a password (``engine.describe`` masks it)."""
+    shown in the header and must not carry a password (``engine.describe`` masks it);
+    ``allowed_hosts``, when given, are the only names the ``Host`` header may carry."""
     dashboard = Dashboard(store, token=token, where=where, feed_interval=feed_interval)
 
     async def index(request: Request) -> Response:
@@ -301,8 +333,10 @@ def create_app(
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(packages=[("hermes_state.dashboard", "static")])),
     ]
+    middleware = [] if allowed_hosts is None else [Middleware(HostCheck, allowed=allowed_hosts)]
     app = Starlette(
         routes=routes,
+        middleware=middleware,
         lifespan=lifespan,
         exception_handlers={
             InvalidInputError: bad_input,

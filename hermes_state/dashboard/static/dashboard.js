@@ -6,7 +6,11 @@
   const live = document.getElementById("live");
   const flash = document.getElementById("flash");
   const region = document.querySelector("[data-refresh]");
+  // A refresh re-runs the page's queries: at most one a second per tab, the first one soon.
+  const SOON_MS = 100;
+  const SPACING_MS = 1000;
   let pending = null;
+  let lastRefresh = 0;
 
   function say(text, isError) {
     flash.textContent = text;
@@ -25,6 +29,7 @@
 
   async function refresh() {
     pending = null;
+    lastRefresh = Date.now();
     if (!region) return;
     const response = await fetch(refreshUrl(), { headers: { Accept: "text/html" } });
     if (response.ok) {
@@ -34,7 +39,9 @@
   }
 
   function scheduleRefresh() {
-    if (pending === null) pending = setTimeout(refresh, 100);
+    if (pending !== null) return;
+    const wait = Math.max(SOON_MS, lastRefresh + SPACING_MS - Date.now());
+    pending = setTimeout(refresh, wait);
   }
 
   if (window.EventSource && region) {
