@@ -427,6 +427,18 @@ def test_non_loopback_without_a_token_is_refused(
     assert main(["dashboard", "--port", "70000"]) == 2
 
 
+def test_a_port_in_use_is_a_one_line_refusal(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli(tmp_path / "state.db", "dashboard", "--port", str(port))
+    assert done.returncode == 1
+    assert done.stderr.startswith("hermes-state: cannot listen on 127.0.0.1:")
+    assert "choose another --port" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_missing_extra_names_the_install_command(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import socket
 from typing import Any, Final
 
-from ..errors import InvalidInputError
+from ..errors import HermesStateError, InvalidInputError
 from . import EXIT_OK, Output, add_option, database_url, whole_number
 
 logger = logging.getLogger("hermes_state.dashboard")
@@ -81,6 +82,7 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> int:
     from ..facade import AsyncSessionDB
     from ..store import SessionDB
 
+    listener = _listen(args.host, args.port)
     store = SessionDB(url=database_url(args), actor=ACTOR)
     try:
         # On loopback, answer only to loopback names (DNS rebinding); elsewhere any name.
@@ -91,15 +93,10 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> int:
         mode = "actions enabled" if token else "read-only"
         logger.info("dashboard of %s (%s)", store.where, mode)
         config = uvicorn.Config(
-            app,
-            host=args.host,
-            port=args.port,
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=GRACE,
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACE
         )
         server = uvicorn.Server(config)
-        _announce(server, out)
+        _announce(server, _address(listener), out)
         stopping = server.handle_exit
 
         def handle_exit(*signal_info: Any) -> None:
@@ -107,23 +104,53 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> int:
             app.state.dashboard.feed.close_streams_threadsafe()
 
         server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
-        server.run()
+        try:
+            server.run(sockets=[listener])
+        except SystemExit:  # uvicorn's way of saying the app's startup failed
+            server.started = False
+        if not server.started:
+            raise HermesStateError("the dashboard could not start (see the error above)")
     finally:
+        listener.close()
         store.close()
     return EXIT_OK
 
 
-def _announce(server: Any, out: Output) -> None:
-    """Print the address once the socket is bound (the port may have been 0)."""
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or a one-line error saying what to change."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise InvalidInputError(f"--host {host!r} is not an address here: {exc.strerror}") from None
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(128)
+    except OSError as exc:
+        listener.close()
+        raise HermesStateError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port"
+        ) from None
+    return listener
+
+
+def _address(listener: socket.socket) -> str:
+    host, port = listener.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+def _announce(server: Any, address: str, out: Output) -> None:
+    """Print the address once the server is ready (a port of 0 was chosen by the system)."""
     original = server.startup
 
     async def startup(sockets: Any = None) -> None:
         await original(sockets=sockets)
-        for bound in server.servers:
-            for sock in bound.sockets:
-                host, port = sock.getsockname()[:2]
-                out.line(f"dashboard on http://{host}:{port}/")
-                out.stdout.flush()
-                return
+        if server.started:
+            out.line(f"dashboard on {address}")
+            out.stdout.flush()
 
     server.startup = startup

@@ -81,13 +81,16 @@ class ChangeFeed:
         self._undo_subscribe: Callable[[], None] | None = None
         self.dropped_clients = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._placed = False
 
     @property
     def clients(self) -> int:
         return len(self._subscriptions)
 
     async def start(self) -> None:
-        self._last = await self.store.last_handoff_event_id()
+        # Where the feed starts: events from before it opened are history, not news. Known
+        # before the first client can connect; a database that is down now is retried later.
+        self._placed = await self._place()
         loop = self._loop = asyncio.get_running_loop()
         url = self.store.url
 
@@ -104,6 +107,14 @@ class ChangeFeed:
                 listener = notify.PostgresListener(url, self._wake.set)
                 self._listener = asyncio.create_task(listener.run(), name="dashboard-listen")
         self._task = asyncio.create_task(self._follow(), name="dashboard-feed")
+
+    async def _place(self) -> bool:
+        try:
+            self._last = await self.store.last_handoff_event_id()
+        except Exception as exc:
+            logger.warning("the dashboard's change feed cannot start yet (%s)", exc)
+            return False
+        return True
 
     async def stop(self) -> None:
         if self._undo_subscribe is not None:
@@ -143,6 +154,9 @@ class ChangeFeed:
         sqlite = is_sqlite(self.store.url)
         token_of = getattr(self.store, "handoff_change_token", None) if sqlite else None
         token: int | None = None
+        while not self._placed:
+            await asyncio.sleep(self.interval)
+            self._placed = await self._place()
         while True:
             try:
                 await self._wait(token_of, token)
