@@ -29,7 +29,8 @@ from hermes_state.cli import main
 from hermes_state.dashboard import app as dashboard_app
 from hermes_state.dashboard.app import WITHDRAWN_ERROR, create_app, session_path
 from hermes_state.dashboard.feed import QUEUE_SIZE, ChangeFeed, Subscription
-from hermes_state.engine import describe
+from hermes_state.engine import describe, make_engine
+from hermes_state.models import handoff_events
 from hermes_state.repository import STRANDED_ERROR
 
 from .conftest import server_url, throwaway_database
@@ -372,6 +373,41 @@ async def test_feed_fans_out_and_drops_a_client_that_never_reads(backend_url: UR
                 assert feed.clients == 1
                 assert feed.dropped_clients == 1
         finally:
+            await feed.stop()
+            await store.close()
+
+
+@pytest.mark.asyncio
+async def test_feed_delivers_an_event_committed_after_a_later_one(backend_url: URL) -> None:
+    """Two writers: the event with the lower id commits last. The feed, which has moved past
+    it, still delivers it (the id gap is looked at again)."""
+    if backend_url.get_backend_name() == "sqlite":
+        pytest.skip("SQLite serialises writers: ids commit in order")
+    with SessionDB(url=backend_url) as writer:
+        writer.create_session("late", "cli")
+        writer.create_session("early", "cli")
+        store = AsyncSessionDB(SessionDB(url=backend_url))
+        feed = ChangeFeed(store, interval=0.02)
+        await feed.start()
+        engine = make_engine(backend_url)
+        try:
+            async with feed.subscribe() as reader:
+                slow = engine.connect()
+                slow_transaction = slow.begin()
+                event = {"session_id": "late", "to_state": "pending", "at": time.time()}
+                slow.execute(handoff_events.insert().values(**event))  # id N, uncommitted
+                assert writer.request_handoff("early", "telegram")  # id N+1, committed
+                first = await asyncio.wait_for(reader.queue.get(), 30)
+                assert first is not None
+                assert first["session_id"] == "early"
+                slow_transaction.commit()
+                slow.close()
+                second = await asyncio.wait_for(reader.queue.get(), 30)
+                assert second is not None
+                assert second["session_id"] == "late"
+                assert second["id"] < first["id"]
+        finally:
+            engine.dispose()
             await feed.stop()
             await store.close()
 

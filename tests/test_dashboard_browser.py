@@ -49,7 +49,19 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
+    driver = launch(tmp_path)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def launch(tmp_path: Path, *, javascript: bool = True) -> Any:
     options = webdriver.ChromeOptions()
+    if not javascript:
+        options.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2}
+        )
     options.binary_location = CHROMIUM
     for flag in (
         "--headless",
@@ -65,11 +77,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
     ):
         options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
 
 
 @pytest.fixture
@@ -247,3 +255,25 @@ def test_a_session_shows_its_timeline_and_transcript(browser: Any, database: Pat
             lambda d: len(d.find_elements(By.CSS_SELECTOR, "#timeline li")) == 4,
             "the retry on the timeline",
         )
+
+
+def test_without_javascript_the_pages_are_a_static_view(tmp_path: Path, database: Path) -> None:
+    driver = launch(tmp_path, javascript=False)
+    try:
+        with DashboardProcess(database, token=TOKEN) as dashboard:
+            driver.get(dashboard.base + "/?state=failed")
+            assert driver.find_element(By.ID, "live").text == "static"
+            assert "Actions need JavaScript" in driver.find_element(By.TAG_NAME, "body").text
+            listed = driver.find_elements(By.CSS_SELECTOR, "#handoffs tbody tr")
+            assert len(listed) == 2
+            assert "bot was blocked by the user" in driver.find_element(By.ID, "handoffs").text
+            # The filter form and the links work without a script.
+            driver.find_element(By.NAME, "q").send_keys("failed")
+            driver.find_element(By.CSS_SELECTOR, "form.filter button").click()
+            wait_for(driver, lambda d: "q=failed" in d.current_url, "the filtered page")
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#handoffs tbody tr")) == 1
+            driver.find_element(By.LINK_TEXT, "failed-1").click()
+            wait_for(driver, lambda d: d.find_elements(By.ID, "timeline"), "the session page")
+            assert "failed-1" in driver.find_element(By.CSS_SELECTOR, "h1.session-id").text
+    finally:
+        driver.quit()
