@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
         env="HERMES_STATE_DASHBOARD_HOST",
         default=DEFAULT_HOST,
         metavar="ADDR",
-        help=f"address to listen on (default {DEFAULT_HOST}; another than loopback needs --token)",
+        help=f"address to listen on (default {DEFAULT_HOST}; a non-loopback address needs --token)",
     )
     add_option(
         dashboard,
