@@ -34,6 +34,7 @@ BENCHMARKS: Final = (
     "copy_memory",
     "transitions",
     "drain",
+    "dashboard",
 )
 
 Runner = Callable[[bool], list[Result]]

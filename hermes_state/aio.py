@@ -219,9 +219,26 @@ class NativeAsyncSessionDB(StoreSettings):
         return await self._run(self._plans.list_pending_handoffs())
 
     async def list_handoffs(
-        self, state: str | None = None, *, limit: int | None = None
+        self,
+        state: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        search: str | None = None,
     ) -> list[Row]:
-        return await self._run(self._plans.list_handoffs(state, limit))
+        return await self._run(self._plans.list_handoffs(state, limit, after, search))
+
+    async def get_session(self, session_id: str) -> Row | None:
+        return await self._run(self._plans.get_session(session_id))
+
+    async def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
+        return await self._run(self._plans.handoff_events_after(after, limit))
+
+    async def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]:
+        return await self._run(self._plans.recent_handoff_failures(limit))
+
+    async def last_handoff_event_id(self) -> int:
+        return await self._run(self._plans.last_handoff_event_id())
 
     async def has_pending_handoffs(self) -> bool:
         return await self._run(self._plans.has_pending_handoffs())

@@ -711,25 +711,48 @@ class Repository:
     # reads
 
     def list_pending_handoffs(self) -> Plan[list[Row]]:
-        return Plan(
-            _rows,
-            statements.list_handoffs(HandoffState.PENDING),
-            {},
-            writes=False,
-        )
+        return Plan(_rows, statements.list_handoffs(HandoffState.PENDING), {}, writes=False)
 
-    def list_handoffs(self, state: object = None, limit: object = None) -> Plan[list[Row]]:
-        """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them."""
+    def list_handoffs(
+        self,
+        state: object = None,
+        limit: object = None,
+        after: object = None,
+        search: object = None,
+    ) -> Plan[list[Row]]:
+        """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them, those
+        sorting after the session ``after`` (a page's last id), with ``search`` in their id."""
         wanted = None if state is None else require_state(state)
-        if limit is None:
-            return Plan(_rows, statements.list_handoffs(wanted), {}, writes=False)
-        params = {"limit": require_count("limit", limit)}
-        return Plan(
-            _rows,
-            statements.list_handoffs(wanted, limited=True),
-            params,
-            writes=False,
+        params: dict[str, Any] = {}
+        if limit is not None:
+            params["limit"] = require_count("limit", limit)
+        if after is not None:
+            params["after"] = require_identifier("after", after)
+        if search is not None:
+            needle = require_text("search", search, nullable=False) or ""
+            escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
+            params["search"] = f"%{escaped}%"
+        statement = statements.list_handoffs(
+            wanted, limit is not None, after=after is not None, search=search is not None
         )
+        return Plan(_rows, statement, params, writes=False)
+
+    def get_session(self, session_id: object) -> Plan[Row | None]:
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_first_row, statements.get_session(), params, writes=False)
+
+    def handoff_events_after(self, after: object, limit: object) -> Plan[list[Row]]:
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise InvalidInputError(f"after must be an event id (a number >= 0), not {after!r}")
+        params = {"after": after, "limit": require_count("limit", limit)}
+        return Plan(_rows, statements.handoff_events_after(), params, writes=False)
+
+    def recent_handoff_failures(self, limit: object) -> Plan[list[Row]]:
+        params = {"limit": require_count("limit", limit)}
+        return Plan(_rows, statements.recent_failed_events(), params, writes=False)
+
+    def last_handoff_event_id(self) -> Plan[int]:
+        return Plan(_last_event_id, writes=False)
 
     def has_pending_handoffs(self) -> Plan[bool]:
         return Plan(_has_rows, statements.has_pending_handoffs(), writes=False)
@@ -745,6 +768,12 @@ class Repository:
 def _nothing_finished(_caps: Capabilities) -> Body[dict[str, bool]]:
     yield from ()  # no claim given: no statement to run
     return {}
+
+
+def _last_event_id(_caps: Capabilities) -> Body[int]:
+    outcome = yield Step(statements.last_handoff_event_id())
+    last = outcome.rows[0]["last"] if outcome.rows else None
+    return int(last or 0)
 
 
 def _nothing_renewed(_caps: Capabilities) -> Body[list[str]]:

@@ -68,13 +68,17 @@ __all__ = [
     "finish_claims",
     "get_handoff_state",
     "get_messages",
+    "get_session",
+    "handoff_events_after",
     "handoff_history",
     "has_pending_handoffs",
     "insert_session",
+    "last_handoff_event_id",
     "list_handoffs",
     "notify_handoff_requested",
     "oldest_pending_requested_at",
     "prune_events",
+    "recent_failed_events",
     "recent_failures",
     "reclaim_handoffs",
     "reclaimable",
@@ -767,13 +771,73 @@ def running_by_owner() -> Select[tuple[str | None, int, int, int]]:
 
 
 @functools.cache
-def list_handoffs(state: HandoffState | None, limited: bool = False) -> Select[tuple[object, ...]]:
+def list_handoffs(
+    state: HandoffState | None,
+    limited: bool = False,
+    *,
+    after: bool = False,
+    search: bool = False,
+) -> Select[tuple[object, ...]]:
     """Whole rows in ``state`` (any handoff state for None), oldest session first, at most
     ``:limit`` when ``limited``. O(rows) for pending and running, which are indexed; a scan for
-    the others, which only administrators list."""
+    the others, which only administrators list.
+
+    ``after``: only rows that sort after the session ``:after`` (keyset paging on
+    ``started_at, id``; an unknown ``:after`` yields nothing). ``search``: only ids containing
+    ``:search`` (LIKE wildcards in it are escaped by the caller with ``/``)."""
     condition = _c.handoff_state.is_not(None) if state is None else state_is(state)
-    stmt = select(sessions).where(condition).order_by(_c.started_at, _c.id)
+    stmt = select(sessions).where(condition)
+    if after:
+        cursor = sessions.alias("cursor")
+        start = (
+            select(cursor.c.started_at).where(cursor.c.id == bindparam("after")).scalar_subquery()
+        )
+        stmt = stmt.where(
+            or_(
+                _c.started_at > start,
+                and_(_c.started_at == start, _c.id > bindparam("after")),
+            )
+        )
+    if search:
+        stmt = stmt.where(_c.id.like(bindparam("search"), escape="/"))
+    stmt = stmt.order_by(_c.started_at, _c.id)
     return stmt.limit(bindparam("limit")) if limited else stmt
+
+
+@functools.cache
+def get_session() -> Select[tuple[object, ...]]:
+    """The whole row of ``:session_id``."""
+    return select(sessions).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def handoff_events_after() -> Select[tuple[Any, ...]]:
+    """Events with an id above ``:after``, oldest first, at most ``:limit``: the change feed a
+    dashboard follows (every transition writes one, whichever process made it)."""
+    return (
+        select(
+            _e.id, _e.session_id, _e.from_state, _e.to_state, _e.at, _e.actor, _e.attempt, _e.detail
+        )
+        .where(_e.id > bindparam("after"))
+        .order_by(_e.id)
+        .limit(bindparam("limit"))
+    )
+
+
+@functools.cache
+def recent_failed_events() -> Select[tuple[Any, ...]]:
+    """The newest ``:limit`` failure events, newest first (their detail is the error)."""
+    return (
+        select(_e.id, _e.session_id, _e.from_state, _e.at, _e.actor, _e.attempt, _e.detail)
+        .where(_e.to_state == _literal(HandoffState.FAILED))
+        .order_by(_e.id.desc())
+        .limit(bindparam("limit"))
+    )
+
+
+@functools.cache
+def last_handoff_event_id() -> Select[tuple[int | None]]:
+    return select(func.max(_e.id).label("last"))
 
 
 @functools.cache

@@ -255,9 +255,34 @@ class SessionDB(StoreSettings):
         """Pending rows, whole, oldest ``started_at`` first."""
         return self._run(self._plans.list_pending_handoffs())
 
-    def list_handoffs(self, state: str | None = None, *, limit: int | None = None) -> list[Row]:
-        """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first."""
-        return self._run(self._plans.list_handoffs(state, limit))
+    def list_handoffs(
+        self,
+        state: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        search: str | None = None,
+    ) -> list[Row]:
+        """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first;
+        ``after`` a session id: the page that follows it; ``search``: ids containing it."""
+        return self._run(self._plans.list_handoffs(state, limit, after, search))
+
+    def get_session(self, session_id: str) -> Row | None:
+        """The session's whole row (every column), or None for an unknown id."""
+        return self._run(self._plans.get_session(session_id))
+
+    def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
+        """Audit events with an id above ``after``, oldest first: what changed since then, by
+        any process (each transition records one)."""
+        return self._run(self._plans.handoff_events_after(after, limit))
+
+    def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]:
+        """The newest failure events of the audit trail, newest first (``detail``: the error)."""
+        return self._run(self._plans.recent_handoff_failures(limit))
+
+    def last_handoff_event_id(self) -> int:
+        """The newest audit event's id (0 when there is none): where a change feed starts."""
+        return self._run(self._plans.last_handoff_event_id())
 
     def has_pending_handoffs(self) -> bool:
         """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""

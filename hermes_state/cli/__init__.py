@@ -190,7 +190,7 @@ def repeated(args: argparse.Namespace, name: str) -> list[Any]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from . import db, demo, handoff, session, watch
+    from . import dashboard, db, demo, handoff, session, watch
 
     parser = argparse.ArgumentParser(
         prog="hermes-state",
@@ -209,7 +209,7 @@ def _build_parser() -> argparse.ArgumentParser:
         parser, "-v", "--verbose", env="HERMES_STATE_VERBOSE", flag=True, help="log debug detail"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (db, session, handoff, watch, demo):
+    for module in (db, session, handoff, watch, demo, dashboard):
         module.register(commands)
     return parser
 

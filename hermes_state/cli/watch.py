@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from . import EXIT_OK, Output, add_option, database_url, finite_number, positive_int, repeated
+from . import (
+    EXIT_OK,
+    Output,
+    add_option,
+    database_url,
+    finite_number,
+    positive_int,
+    repeated,
+    whole_number,
+)
 
 logger = logging.getLogger("hermes_state.watch")
 
@@ -183,7 +192,38 @@ def register(commands: Any) -> None:
         flag=True,
         help="poll once, wait for the deliveries, and exit",
     )
+    add_option(
+        watch,
+        "--metrics-port",
+        env="HERMES_STATE_WATCH_METRICS_PORT",
+        kind=whole_number(1),
+        metavar="PORT",
+        help="serve Prometheus metrics (claims, deliveries, latencies) on 127.0.0.1:PORT/metrics; "
+        "needs the dashboard extra",
+    )
     watch.set_defaults(command_function=run_watch)
+
+
+def _watcher_metrics(port: int | None) -> Any:
+    """The watcher's metrics, served on ``port``, or None when metrics are off."""
+    if port is None:
+        return None
+    if port > 65535:
+        raise InvalidInputError(f"--metrics-port must be a TCP port (1-65535), not {port}")
+    try:
+        from ..metrics import WatcherMetrics
+    except ImportError:
+        raise InvalidInputError(
+            "--metrics-port needs prometheus-client: run `pip install 'hermes-state[dashboard]'`"
+        ) from None
+    metrics = WatcherMetrics()
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        message = f"cannot serve metrics on 127.0.0.1:{port}: {exc.strerror}"
+        raise HermesStateError(message) from None
+    logger.info("metrics on http://127.0.0.1:%d/metrics", port)
+    return metrics
 
 
 def run_watch(args: argparse.Namespace, out: Output) -> int:
@@ -194,6 +234,7 @@ def run_watch(args: argparse.Namespace, out: Output) -> int:
     if bool(args.exec) == bool(args.handler):
         raise InvalidInputError("watch needs exactly one of --exec CMD or --handler MODULE:FUNC")
     handler = ExecHandler(args.exec) if args.exec else load_handler(args.handler)
+    metrics = _watcher_metrics(args.metrics_port)
     store = SessionDB(
         url=database_url(args),
         owner=args.owner or default_owner(),
@@ -206,6 +247,7 @@ def run_watch(args: argparse.Namespace, out: Output) -> int:
         interval=args.interval,
         drain_timeout=args.drain_timeout,
         max_concurrency=args.max_concurrency,
+        metrics=metrics,
     )
     logger.info(
         "watching %s every %gs as %s (lease %gs, up to %d at once) with %r",

@@ -1,0 +1,156 @@
+"""``hermes-state dashboard``: serve the operator's web page, JSON API, live events and metrics."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import socket
+from typing import Any, Final
+
+from ..errors import HermesStateError, InvalidInputError
+from . import EXIT_OK, Output, add_option, database_url, whole_number
+
+logger = logging.getLogger("hermes_state.dashboard")
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8765
+#: Seconds a stopping server waits for requests in flight.
+GRACE: Final = 5
+
+
+def register(commands: Any) -> None:
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve a web dashboard of the handoffs (needs the dashboard extra)",
+        description="Serve the handoffs live: counts, running rows and leases, failures, each "
+        "session's history and transcript, a JSON API under /api/, Server-Sent Events at "
+        "/events and Prometheus metrics at /metrics. Without --token it is read-only.",
+    )
+    add_option(
+        dashboard,
+        "--host",
+        env="HERMES_STATE_DASHBOARD_HOST",
+        default=DEFAULT_HOST,
+        metavar="ADDR",
+        help=f"address to listen on (default {DEFAULT_HOST}; a non-loopback address needs --token)",
+    )
+    add_option(
+        dashboard,
+        "--port",
+        env="HERMES_STATE_DASHBOARD_PORT",
+        kind=whole_number(0),
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    add_option(
+        dashboard,
+        "--token",
+        env="HERMES_STATE_DASHBOARD_TOKEN",
+        metavar="TOKEN",
+        help="enables the actions (retry, withdraw, reclaim), sent as `Authorization: Bearer "
+        "TOKEN`; prefer the environment variable, which other users cannot see",
+    )
+    dashboard.set_defaults(command_function=run_dashboard)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def run_dashboard(args: argparse.Namespace, out: Output) -> int:
+    from ..dashboard import require_extra
+
+    if args.port > 65535:
+        raise InvalidInputError(f"--port must be a TCP port (0-65535), not {args.port}")
+    token = (args.token or "").strip() or None
+    if not token and not is_loopback(args.host):
+        raise InvalidInputError(
+            f"refusing to serve on {args.host} without a token: anyone who can reach it could "
+            "read every session; set --token (or HERMES_STATE_DASHBOARD_TOKEN), or bind 127.0.0.1"
+        )
+    require_extra()
+    import uvicorn
+
+    from ..dashboard.app import ACTOR, LOOPBACK_NAMES, create_app
+    from ..facade import AsyncSessionDB
+    from ..store import SessionDB
+
+    listener = _listen(args.host, args.port)
+    store = SessionDB(url=database_url(args), actor=ACTOR)
+    try:
+        # On loopback, answer only to loopback names (DNS rebinding); elsewhere any name.
+        allowed = LOOPBACK_NAMES if is_loopback(args.host) else None
+        app = create_app(
+            AsyncSessionDB(store), token=token, where=store.where, allowed_hosts=allowed
+        )
+        mode = "actions enabled" if token else "read-only"
+        logger.info("dashboard of %s (%s)", store.where, mode)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACE
+        )
+        server = uvicorn.Server(config)
+        _announce(server, _address(listener), out)
+        stopping = server.handle_exit
+
+        def handle_exit(*signal_info: Any) -> None:
+            stopping(*signal_info)
+            app.state.dashboard.feed.close_streams_threadsafe()
+
+        server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
+        try:
+            server.run(sockets=[listener])
+        except SystemExit:  # uvicorn's way of saying the app's startup failed
+            server.started = False
+        if not server.started:
+            raise HermesStateError("the dashboard could not start (see the error above)")
+    finally:
+        listener.close()
+        store.close()
+    return EXIT_OK
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or a one-line error saying what to change."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise InvalidInputError(f"--host {host!r} is not an address here: {exc.strerror}") from None
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(128)
+    except OSError as exc:
+        listener.close()
+        raise HermesStateError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port"
+        ) from None
+    return listener
+
+
+def _address(listener: socket.socket) -> str:
+    host, port = listener.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+def _announce(server: Any, address: str, out: Output) -> None:
+    """Print the address once the server is ready (a port of 0 was chosen by the system)."""
+    original = server.startup
+
+    async def startup(sockets: Any = None) -> None:
+        await original(sockets=sockets)
+        if server.started:
+            out.line(f"dashboard on {address}")
+            out.stdout.flush()
+
+    server.startup = startup
