@@ -38,13 +38,14 @@ def clock() -> HandClock:
 
 
 @pytest.fixture
-def open_store(new_store: StoreFactory, clock: HandClock) -> StoreFactory:
-    """Opens gateways (stores with an owner) and operators (without) on the test's database."""
+def open_store(new_any_store: StoreFactory, clock: HandClock) -> StoreFactory:
+    """Opens gateways (stores with an owner) and operators (without) on the test's database,
+    of each kind: SessionDB, the native asyncio store and AsyncSessionDB."""
 
     def factory(
         owner: str | None = None, lease_seconds: float | None = None, **options: Any
     ) -> SessionDB:
-        return new_store(owner=owner, lease_seconds=lease_seconds, clock=clock, **options)
+        return new_any_store(owner=owner, lease_seconds=lease_seconds, clock=clock, **options)
 
     return factory
 
