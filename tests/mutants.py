@@ -96,6 +96,14 @@ MUTANTS = [
         ("tests/test_ownership.py",),
     ),
     Mutant(
+        "fence-attempt",
+        "a store's earlier life (same owner) cannot finish the attempt its next life claimed",
+        "hermes_state/statements.py",
+        '        condition = and_(condition, _c.handoff_attempt == bindparam("attempt"))\n',
+        "        pass\n",
+        ("tests/test_ownership.py",),
+    ),
+    Mutant(
         "lease-renewal",
         "renew_handoff_leases extends the leases this owner still holds",
         "hermes_state/repository.py",
