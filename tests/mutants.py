@@ -119,6 +119,14 @@ MUTANTS = [
         "    if True:\n        return running",
         ("tests/test_ownership.py",),
     ),
+    Mutant(
+        "reclaim-expired",
+        "an expired-lease reclaim leaves rows without a lease alone",
+        "hermes_state/statements.py",
+        '        return and_(running, lease < bindparam("now"))',
+        '        return and_(running, or_(lease.is_(None), lease < bindparam("now")))',
+        ("tests/test_ownership.py",),
+    ),
 ]
 
 
