@@ -163,6 +163,23 @@ SCRIPT = [
     Op("_execute_write", (_count_sessions,)),
     Op("_execute_write", (_fail_inside_write,)),
     Op("list_pending_handoffs"),
+    # The operator surface beyond upstream's.
+    Op("retry_handoff", ("beta",)),
+    Op("retry_handoff", ("beta", "discord")),
+    Op("retry_handoff", ("gamma",)),
+    Op("claim_handoff", ("beta",)),
+    Op("preview_reclaim", ("all",)),
+    Op("preview_reclaim", ("sideways",)),
+    Op("renew_handoff_leases", (["beta"],)),
+    Op("handoff_stats"),
+    Op("reclaim_expired_handoffs", ("nothing has a lease",)),
+    Op("reclaim_running_handoffs", ("the operator knows the gateway is gone",)),
+    Op("handoff_history", ("beta",)),
+    Op("handoff_history", ("nobody",)),
+    Op("list_handoffs", (None,), {"limit": 3}),
+    Op("prune_handoff_events", (30.0,)),
+    Op("prune_handoff_events", (-1,)),
+    Op("handoff_history", ("beta",)),
 ]
 
 Outcome = tuple[str, Any]
@@ -324,6 +341,16 @@ async def test_sync_facade_and_native_stores_agree(backend: str, tmp_path: Path)
     assert outcome("_execute_write", _fail_inside_write) == [("raised", "LookupError")]
     assert outcome("_execute_write", _count_sessions) == [("ok", 5)]
     assert [row["id"] for row in pending_lists[-1][1]] == ["delta", "it's 🦊 %s ?"]
+    assert outcome("retry_handoff", "beta") == [("ok", True), ("ok", False)]
+    assert outcome("retry_handoff", "gamma") == [("ok", False)]
+    assert outcome("preview_reclaim", "sideways") == [("raised", "InvalidInputError")]
+    assert outcome("reclaim_running_handoffs", "the operator knows the gateway is gone") == [
+        ("ok", ["beta"])
+    ]
+    assert outcome("prune_handoff_events", -1) == [("raised", "InvalidInputError")]
+    pruned = outcome("prune_handoff_events", 30.0)
+    assert pruned[0][0] == "ok"
+    assert pruned[0][1] > 0
 
 
 # -- AsyncSessionDB, the thread-offloading facade -------------------------------------------------
