@@ -74,6 +74,8 @@ class NativeAsyncSessionDB(StoreSettings):
         self._engine = make_async_engine(self.url)
         self._caps: Capabilities | None = None
         self._ready_lock = asyncio.Lock()
+        self._probe: AsyncConnection | None = None
+        self._probe_lock = asyncio.Lock()
 
     async def __aenter__(self) -> NativeAsyncSessionDB:
         await self._ready()
@@ -88,6 +90,9 @@ class NativeAsyncSessionDB(StoreSettings):
         await self.close()
 
     async def close(self) -> None:
+        if self._probe is not None:
+            await self._probe.close()
+            self._probe = None
         await self._engine.dispose()
 
     async def _ready(self) -> Capabilities:
@@ -245,6 +250,25 @@ class NativeAsyncSessionDB(StoreSettings):
 
     async def get_handoff_state(self, session_id: str) -> Row | None:
         return await self._run(self._plans.get_handoff_state(session_id))
+
+    async def handoff_change_token(self) -> int | None:
+        """As ``SessionDB.handoff_change_token``: SQLite's ``PRAGMA data_version`` read on a
+        connection of its own that never writes, so it moves whenever any other connection
+        commits; None on servers."""
+        await self._ready()
+        if not is_sqlite(self.url):
+            return None
+        async with self._probe_lock:
+            try:
+                if self._probe is None:
+                    self._probe = await self._engine.connect()
+                    await self._probe.execution_options(**{READ_ONLY: True})
+                async with self._probe.begin():
+                    result = await self._probe.exec_driver_sql("PRAGMA data_version")
+                    return int(result.scalar_one())
+            except Exception as exc:
+                raise_translated(exc, self.where)
+                raise
 
     async def handoff_stats(self) -> Row:
         return await self._run(self._plans.handoff_stats())

@@ -251,8 +251,12 @@ class SqliteThreadRunner(PooledRunner):
 
     def _forget_connections_after_fork(self) -> None:
         # A forked child must never use its parent's SQLite connections; it opens its own.
+        # That covers the thread's, the probe's and those idle in the pool, which SQLAlchemy
+        # replaces without closing (closing them would disturb the parent).
         self._local = threading.local()
         self._open = weakref.WeakSet()
+        self._probe = None
+        self._engine.dispose(close=False)
 
     def _connection(self) -> sqlite3.Connection:
         holder: _ThreadConnection | None = getattr(self._local, "holder", None)

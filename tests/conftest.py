@@ -25,6 +25,7 @@ from hermes_state import SessionDB, schema
 from hermes_state.cli import main
 from hermes_state.engine import resolve_url, with_driver
 from tests.digest import forget
+from tests.stores import STORE_KINDS, LoopThread, open_kind
 
 SERVER_ENVS = {
     "postgresql": "HERMES_STATE_TEST_PG_URL",
@@ -189,6 +190,34 @@ def new_store(backend_url: URL) -> Iterator[Callable[..., SessionDB]]:
     yield open_one
     for db in opened:
         db.close()
+
+
+@pytest.fixture(params=STORE_KINDS)
+def new_any_store(
+    request: pytest.FixtureRequest, backend_url: URL
+) -> Iterator[Callable[..., SessionDB]]:
+    """Like ``new_store``, once per kind of store (``tests.stores.STORE_KINDS``): SessionDB, the
+    native asyncio store and AsyncSessionDB, the asyncio ones called through ``Blocking``."""
+    loop = LoopThread()
+    opened: list[SessionDB] = []
+
+    def open_one(**options: Any) -> SessionDB:
+        db = open_kind(request.param, backend_url, loop, **options)
+        opened.append(db)
+        return db
+
+    try:
+        yield open_one
+    finally:
+        for db in opened:
+            db.close()
+        loop.close()
+
+
+@pytest.fixture
+def any_store(new_any_store: Callable[..., SessionDB]) -> SessionDB:
+    """A store of each kind on the test's database (see ``new_any_store``)."""
+    return new_any_store()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -4,18 +4,96 @@
 * ``put`` / ``make_pending``: sessions walked to a handoff state through real transitions,
   never by raw SQL.
 * ``handoff_row``: a session's handoff columns, owner, lease and attempt included.
+* ``STORE_KINDS`` / ``open_kind``: the same store surface three ways (``SessionDB``, the native
+  asyncio store, ``AsyncSessionDB`` over ``SessionDB``), each called like the synchronous one
+  through ``Blocking``, so a test body is written once for all of them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import inspect
+import threading
+from collections.abc import Coroutine
+from typing import Any, cast
 
 from sqlalchemy import select
+from sqlalchemy.engine import URL
 
-from hermes_state import SessionDB
+from hermes_state import AsyncSessionDB, NativeAsyncSessionDB, SessionDB
 from hermes_state.models import sessions
 
-__all__ = ["HandClock", "handoff_row", "make_pending", "put"]
+__all__ = [
+    "STORE_KINDS",
+    "Blocking",
+    "HandClock",
+    "LoopThread",
+    "handoff_row",
+    "make_pending",
+    "open_kind",
+    "put",
+]
+
+#: sync: SessionDB; threaded: AsyncSessionDB(SessionDB); native: NativeAsyncSessionDB.
+STORE_KINDS = ("sync", "threaded", "native")
+CALL_WAIT = 120.0  # a safety net against a hung call, never a synchronisation tool
+
+
+class LoopThread:
+    """The test's event loop, run in a thread of its own so that any thread (the test's, or
+    the racers it starts) can hand it a coroutine and wait for the result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(CALL_WAIT)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(CALL_WAIT)
+        self.loop.close()
+
+
+class Blocking:
+    """Any store, called like ``SessionDB``: a coroutine a method returns runs on the loop
+    thread and its result (or exception) comes back to the caller."""
+
+    def __init__(self, store: Any, loop: LoopThread) -> None:
+        self.store = store
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.store, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = attribute(*args, **kwargs)
+            return self._loop.run(result) if inspect.isawaitable(result) else result
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"Blocking({self.store!r})"
+
+
+def open_kind(kind: str, url: URL, loop: LoopThread, **options: Any) -> SessionDB:
+    """A store of ``kind`` on ``url`` with ``options``, typed as what it behaves like."""
+    if kind == "sync":
+        return SessionDB(url=url, **options)
+
+    async def build() -> Any:  # on the loop: the native store's lock and engine belong to it
+        if kind == "threaded":
+            return AsyncSessionDB(await asyncio.to_thread(SessionDB, url=url, **options))
+        assert kind == "native", kind
+        native = NativeAsyncSessionDB(url=url, **options)
+        await native._ready()  # as SessionDB does on open: a bad database fails here
+        return native
+
+    return cast(SessionDB, Blocking(loop.run(build()), loop))
 
 
 class HandClock:

@@ -1,15 +1,20 @@
-"""The asyncio stores behave exactly like SessionDB, and AsyncSessionDB keeps its promises.
+"""The asyncio stores: the same surface as SessionDB, the same effects, and AsyncSessionDB's
+own promises.
 
-One scripted sequence of operations runs against three fresh databases of the same backend:
-through SessionDB, through AsyncSessionDB(SessionDB) and through NativeAsyncSessionDB (on a
-real AsyncEngine: aiosqlite, asyncpg or aiomysql). Every return value, every raised error and
-every final row must be identical. A deterministic clock makes the timestamps comparable.
+The behaviour of every store kind (SessionDB, NativeAsyncSessionDB, AsyncSessionDB over
+SessionDB) is one parametrized suite: ``test_transitions.py``, ``test_ownership.py`` and
+``test_audit.py`` run each test body on all three through the ``new_any_store`` fixture. Here:
+every kind offers the whole surface; one scripted sequence of operations run through each kind
+against fresh databases of the same backend gives identical return values, errors and final
+rows (a deterministic clock makes timestamps comparable); and what only the facade or only the
+native store does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -31,6 +36,48 @@ from hermes_state import (
 from hermes_state.models import sessions
 from tests.conftest import BACKENDS, sqlite_url, throwaway_database
 from tests.digest import database_snapshot
+
+# -- the surface ---------------------------------------------------------------------------------
+
+#: SessionDB's public methods, and the raw-SQL escape hatch callers use.
+SURFACE = sorted(
+    name
+    for name, member in inspect.getmembers(SessionDB, inspect.isfunction)
+    if not name.startswith("_") or name == "_execute_write"
+)
+
+
+def test_every_kind_of_store_offers_the_whole_surface(tmp_path: Path) -> None:
+    assert {"claim_handoff", "handoff_change_token", "renew_handoff_leases"} <= set(SURFACE)
+    missing = [name for name in SURFACE if not hasattr(NativeAsyncSessionDB, name)]
+    assert missing == [], "NativeAsyncSessionDB lacks these"
+    plain = [
+        n for n in SURFACE if not inspect.iscoroutinefunction(getattr(NativeAsyncSessionDB, n))
+    ]
+    assert plain == [], "NativeAsyncSessionDB methods that are not coroutine functions"
+    with SessionDB(tmp_path / "facade.db") as store:
+        facade = AsyncSessionDB(store)
+        for name in SURFACE:
+            assert inspect.iscoroutinefunction(getattr(facade, name)), name
+
+
+def test_the_change_token_moves_when_another_connection_commits(
+    any_store: SessionDB, backend_url: URL
+) -> None:
+    """The watcher's cheap idle probe, on each kind of store: SQLite's number stays put while
+    nothing is committed and moves when another connection commits; servers have none."""
+    token = any_store.handoff_change_token()
+    if backend_url.get_backend_name() != "sqlite":
+        assert token is None
+        return
+    assert isinstance(token, int)
+    assert any_store.handoff_change_token() == token
+    with SessionDB(url=backend_url) as other:
+        other.create_session("elsewhere", "cli")
+    moved = any_store.handoff_change_token()
+    assert moved != token
+    assert any_store.handoff_change_token() == moved
+
 
 # -- the script ----------------------------------------------------------------------------------
 
@@ -116,6 +163,23 @@ SCRIPT = [
     Op("_execute_write", (_count_sessions,)),
     Op("_execute_write", (_fail_inside_write,)),
     Op("list_pending_handoffs"),
+    # The operator surface beyond upstream's.
+    Op("retry_handoff", ("beta",)),
+    Op("retry_handoff", ("beta", "discord")),
+    Op("retry_handoff", ("gamma",)),
+    Op("claim_handoff", ("beta",)),
+    Op("preview_reclaim", ("all",)),
+    Op("preview_reclaim", ("sideways",)),
+    Op("renew_handoff_leases", (["beta"],)),
+    Op("handoff_stats"),
+    Op("reclaim_expired_handoffs", ("nothing has a lease",)),
+    Op("reclaim_running_handoffs", ("the operator knows the gateway is gone",)),
+    Op("handoff_history", ("beta",)),
+    Op("handoff_history", ("nobody",)),
+    Op("list_handoffs", (None,), {"limit": 3}),
+    Op("prune_handoff_events", (30.0,)),
+    Op("prune_handoff_events", (-1,)),
+    Op("handoff_history", ("beta",)),
 ]
 
 Outcome = tuple[str, Any]
@@ -277,6 +341,16 @@ async def test_sync_facade_and_native_stores_agree(backend: str, tmp_path: Path)
     assert outcome("_execute_write", _fail_inside_write) == [("raised", "LookupError")]
     assert outcome("_execute_write", _count_sessions) == [("ok", 5)]
     assert [row["id"] for row in pending_lists[-1][1]] == ["delta", "it's 🦊 %s ?"]
+    assert outcome("retry_handoff", "beta") == [("ok", True), ("ok", False)]
+    assert outcome("retry_handoff", "gamma") == [("ok", False)]
+    assert outcome("preview_reclaim", "sideways") == [("raised", "InvalidInputError")]
+    assert outcome("reclaim_running_handoffs", "the operator knows the gateway is gone") == [
+        ("ok", ["beta"])
+    ]
+    assert outcome("prune_handoff_events", -1) == [("raised", "InvalidInputError")]
+    pruned = outcome("prune_handoff_events", 30.0)
+    assert pruned[0][0] == "ok"
+    assert pruned[0][1] > 0
 
 
 # -- AsyncSessionDB, the thread-offloading facade -------------------------------------------------
@@ -289,18 +363,6 @@ def facade(tmp_path: Path) -> Iterator[AsyncSessionDB]:
         yield AsyncSessionDB(store)
     finally:
         store.close()
-
-
-@pytest.mark.asyncio
-async def test_facade_runs_a_real_store(facade: AsyncSessionDB) -> None:
-    assert await facade.create_session("s", "cli") == "s"
-    assert await facade.request_handoff("s", "telegram") is True
-    assert await facade.claim_handoff("s") is True
-    assert await facade.get_handoff_state("s") == {
-        "state": "running",
-        "platform": "telegram",
-        "error": None,
-    }
 
 
 @pytest.mark.asyncio
@@ -446,17 +508,3 @@ async def test_native_store_sees_what_the_sync_store_wrote(backend_url: URL) -> 
             "platform": "telegram",
             "error": None,
         }
-
-
-@pytest.mark.asyncio
-async def test_native_concurrent_claims_have_one_winner(backend_url: URL) -> None:
-    with SessionDB(url=backend_url) as sync_store:
-        for index in range(20):
-            sync_store.create_session(f"s-{index}", "cli")
-            sync_store.request_handoff(f"s-{index}", "telegram")
-    native = NativeAsyncSessionDB(url=backend_url)
-    async with native:
-        ids = [f"s-{index}" for index in range(20)]
-        results = await asyncio.gather(*(native.claim_handoff(sid) for sid in ids * 5))
-    winners = [sid for sid, won in zip(ids * 5, results, strict=True) if won]
-    assert sorted(winners) == sorted(ids)

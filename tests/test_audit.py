@@ -36,9 +36,12 @@ def clock() -> HandClock:
 
 
 @pytest.fixture
-def open_store(new_store: Callable[..., SessionDB], clock: HandClock) -> Callable[..., SessionDB]:
-    """Stores on the test's database, all driven by the test's clock, closed at the end."""
-    return functools.partial(new_store, clock=clock)
+def open_store(
+    new_any_store: Callable[..., SessionDB], clock: HandClock
+) -> Callable[..., SessionDB]:
+    """Stores on the test's database, all driven by the test's clock, closed at the end; of
+    each kind: SessionDB, the native asyncio store and AsyncSessionDB."""
+    return functools.partial(new_any_store, clock=clock)
 
 
 def trail(db: SessionDB, session_id: str) -> list[tuple[Any, ...]]:

@@ -38,13 +38,14 @@ def clock() -> HandClock:
 
 
 @pytest.fixture
-def open_store(new_store: StoreFactory, clock: HandClock) -> StoreFactory:
-    """Opens gateways (stores with an owner) and operators (without) on the test's database."""
+def open_store(new_any_store: StoreFactory, clock: HandClock) -> StoreFactory:
+    """Opens gateways (stores with an owner) and operators (without) on the test's database,
+    of each kind: SessionDB, the native asyncio store and AsyncSessionDB."""
 
     def factory(
         owner: str | None = None, lease_seconds: float | None = None, **options: Any
     ) -> SessionDB:
-        return new_store(owner=owner, lease_seconds=lease_seconds, clock=clock, **options)
+        return new_any_store(owner=owner, lease_seconds=lease_seconds, clock=clock, **options)
 
     return factory
 
@@ -321,6 +322,43 @@ def test_a_reclaim_fails_exactly_what_its_preview_lists(
     # Nothing left in scope: a second reclaim and its preview find nothing.
     assert reclaimer.preview_reclaim(scope) == []
     assert reclaim(reclaimer, RECLAIM_MESSAGE) == []
+
+
+def test_stats_count_states_leases_per_owner_and_recent_failures(
+    open_store: StoreFactory, admin: SessionDB, clock: HandClock, backend_url: URL
+) -> None:
+    populate(open_store, admin, clock)
+    before = database_digest(backend_url)
+    stats = admin.handoff_stats()
+    assert database_digest(backend_url) == before, "stats wrote to the database"
+    assert stats["counts"] == {"pending": 1, "running": 6, "completed": 1, "failed": 1}
+    assert stats["oldest_pending_age_seconds"] == LATER
+    by_owner = sorted(stats["running_by_owner"], key=lambda row: row["owner"] or "")
+    assert by_owner == [
+        {"owner": None, "running": 1, "live_leases": 0, "expired_leases": 0, "no_lease": 1},
+        {"owner": "gw-a", "running": 2, "live_leases": 1, "expired_leases": 1, "no_lease": 0},
+        {"owner": "gw-b", "running": 1, "live_leases": 1, "expired_leases": 0, "no_lease": 0},
+        {"owner": "gw-c", "running": 1, "live_leases": 0, "expired_leases": 0, "no_lease": 1},
+        {"owner": "gw-d", "running": 1, "live_leases": 0, "expired_leases": 1, "no_lease": 0},
+    ]
+    assert stats["failures_last_hour"] == {
+        "count": 1,
+        "top_errors": [{"error": "earlier failure", "count": 1}],
+    }
+
+    # A reclaim moves the expired rows to the failures; an hour later none is recent.
+    assert admin.reclaim_expired_handoffs(RECLAIM_MESSAGE) == ["expired-d", "own-expired"]
+    stats = admin.handoff_stats()
+    assert stats["counts"] == {"pending": 1, "running": 4, "completed": 1, "failed": 3}
+    assert stats["failures_last_hour"] == {
+        "count": 3,
+        "top_errors": [
+            {"error": RECLAIM_MESSAGE, "count": 2},
+            {"error": "earlier failure", "count": 1},
+        ],
+    }
+    clock.advance(3 * 3600)
+    assert admin.handoff_stats()["failures_last_hour"] == {"count": 0, "top_errors": []}
 
 
 def test_a_lease_counts_as_live_until_the_clock_passes_it(

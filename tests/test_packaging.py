@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from hermes_state import schema
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+WHEELHOUSE_ENV = "HERMES_STATE_TEST_WHEELHOUSE"
 COPY_IGNORE = shutil.ignore_patterns(
     ".venv",
     ".git",
@@ -104,24 +104,19 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Installe
     workdir.mkdir()
     env = clean_env(base / "home")
 
-    # The project venv's pip installs into the new interpreter, with the declared dependencies.
+    # The project venv's pip installs into the new interpreter, with the declared dependencies:
+    # a dependency that cannot be installed fails the test. Offline, point
+    # HERMES_STATE_TEST_WHEELHOUSE at a folder of wheels (`pip wheel -w DIR '.[test]'` made
+    # while online) and only that folder is used.
     pip = [sys.executable, "-m", "pip", "--python", python, "install", "--no-input"]
+    wheelhouse = os.environ.get(WHEELHOUSE_ENV, "").strip()
+    if wheelhouse:
+        pip += ["--no-index", "--find-links", wheelhouse]
     done = run(*pip, wheel, cwd=workdir, env=env)
-    if done.returncode != 0:
-        # No package index reachable: install the wheel alone and borrow the dependencies the
-        # project venv already has (its site-packages as a plain path: its .pth files, the
-        # editable finder among them, are not processed from there).
-        fallback = run(*pip, "--no-deps", wheel, cwd=workdir, env=env)
-        assert fallback.returncode == 0, done.stderr + fallback.stderr
-        site = run(
-            python,
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-            cwd=workdir,
-            env=env,
-        )
-        borrowed = sysconfig.get_paths()["purelib"]
-        Path(site.stdout.strip(), "borrowed-dependencies.pth").write_text(borrowed + "\n")
+    assert done.returncode == 0, (
+        f"installing {wheel.name} with its declared dependencies failed "
+        f"(offline? set {WHEELHOUSE_ENV}):\n{done.stdout}{done.stderr}"
+    )
     return Installed(wheel, venv, workdir, env)
 
 

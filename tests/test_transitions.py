@@ -1,4 +1,5 @@
-"""The handoff state machine, operation by operation and state by state, on every backend.
+"""The handoff state machine, operation by operation and state by state, on every backend and
+every kind of store.
 
 Rows are put into their starting state by driving the real transitions (never raw SQL), and
 every refused transition is checked to have written nothing at all (a digest of the whole
@@ -7,7 +8,9 @@ database before and after).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +29,13 @@ FAIL_ERROR = "delivery refused by the platform"
 RECLAIM_ERROR = "the gateway stopped while delivering; run /handoff again"
 
 STATES = [None, "pending", "running", "completed", "failed"]
+
+
+@pytest.fixture
+def store(any_store: SessionDB) -> SessionDB:
+    """Every test here runs on each kind of store: SessionDB, the native asyncio store and
+    AsyncSessionDB (the asyncio ones called through ``tests.stores.Blocking``)."""
+    return any_store
 
 
 def put_in_state(store: SessionDB, session_id: str, state: str | None) -> None:
@@ -190,6 +200,30 @@ def test_reclaim_fails_every_running_row_and_only_those(store: SessionDB) -> Non
         "platform": SECOND_PLATFORM,
         "error": None,
     }
+
+
+def test_concurrent_claimers_have_exactly_one_winner_per_row(
+    new_any_store: Callable[..., SessionDB],
+) -> None:
+    """Four stores claim the same rows at once, from four threads (the asyncio stores: as
+    concurrent coroutines on one loop): each row is won once, and its trail shows one claim."""
+    setup = new_any_store()
+    ids = [f"s-{index:02d}" for index in range(12)]
+    for session_id in ids:
+        put_in_state(setup, session_id, "pending")
+    claimers = [new_any_store() for _ in range(4)]
+    barrier = threading.Barrier(len(claimers))
+
+    def claim_all(db: SessionDB) -> list[str]:
+        barrier.wait(60)
+        return [session_id for session_id in ids if db.claim_handoff(session_id)]
+
+    with ThreadPoolExecutor(len(claimers)) as pool:
+        won = [sid for result in pool.map(claim_all, claimers) for sid in result]
+    assert sorted(won) == ids
+    for session_id in ids:
+        claims = [e for e in setup.handoff_history(session_id) if e["to_state"] == "running"]
+        assert len(claims) == 1, claims
 
 
 # -- errors --------------------------------------------------------------------------------------

@@ -644,14 +644,17 @@ async def test_polling_creates_no_database_for_a_profile_without_one(
     empty_home.mkdir(parents=True)
     missing_home = tmp_path / "profiles" / "missing"
 
+    delivered: list[str] = []  # the watcher would swallow an assertion raised in the handler
+
     async def handler(row: dict[str, Any], profile_name: str | None) -> None:
-        raise AssertionError("nothing is pending anywhere")
+        delivered.append(row["id"])
 
     runner = GatewayRunner(
         db, handler, profiles=[("empty", empty_home), ("missing", missing_home)], interval=0.005
     )
     await within(runner.run(ticks=3), "three ticks")
 
+    assert delivered == []  # nothing is pending anywhere
     assert list(empty_home.iterdir()) == []
     assert not missing_home.exists()
 

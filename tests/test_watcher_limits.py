@@ -26,7 +26,7 @@ from gateway.run import GatewayRunner, default_owner
 from hermes_state import SessionDB, schema
 from hermes_state.cli import main
 
-from .conftest import throwaway_database
+from .conftest import empty_tables, throwaway_database
 from .digest import sync_url
 from .processes import DEADLINE, eventually, run_cli
 from .stores import make_pending
@@ -307,9 +307,10 @@ async def test_idle_sqlite_ticks_skip_the_listing_until_another_connection_commi
 ) -> None:
     reader.create_session("idle", "cli")
     store = CountingStore(path)
+    delivered: list[str] = []  # an assertion in the handler would be swallowed as a failure
 
     async def handler(row: Mapping[str, Any], profile_name: str | None) -> None:
-        raise AssertionError("nothing is pending")
+        delivered.append(row["id"])
 
     async def idle_ticks(count: int) -> int:
         """Wait for ``count`` more ticks (each reads the token once); the listings meanwhile."""
@@ -330,6 +331,7 @@ async def test_idle_sqlite_ticks_skip_the_listing_until_another_connection_commi
         await asyncio.to_thread(rename)
         await eventually(lambda: store.listings > listed, "the watcher to look again")
         assert await idle_ticks(10) == 0
+    assert delivered == []  # nothing was ever pending
 
 
 @pytest.mark.asyncio
@@ -338,14 +340,17 @@ async def test_servers_have_no_change_token_so_every_tick_lists(
     backend: str, migrated_servers: dict[str, URL]
 ) -> None:
     url = migrated_servers[backend]
+    empty_tables(url)  # the shared database may hold other tests' pending rows
     store = CountingStore(url=url)
     assert store.handoff_change_token() is None
+    delivered: list[str] = []
 
     async def handler(row: Mapping[str, Any], profile_name: str | None) -> None:
-        raise AssertionError("nothing is pending")
+        delivered.append(row["id"])
 
     async with serving(GatewayRunner(store, handler, interval=0.005)):
         await eventually(lambda: store.listings >= 5, "five listings in a row")
+    assert delivered == []
 
 
 # -- the command line --------------------------------------------------------------------------
@@ -393,7 +398,9 @@ def test_bad_watch_limits_are_bad_input(
     assert main(argv) == 2
     error = capsys.readouterr().err
     assert "Traceback" not in error
-    assert option in error or variable in error or value in error, error
+    # One line that names the option and the value it refused, however the value was given.
+    assert f"argument {option}: " in error, error
+    assert f"not '{value}'" in error, error
     with SessionDB(path) as db:
         assert state_of(db, "untouched") == "pending"
 
