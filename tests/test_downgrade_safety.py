@@ -183,6 +183,14 @@ def test_a_downgrade_that_drops_no_rows_does_not_ask(tmp_path: Path, cli: Any) -
 # -- every revision drops exactly what it declares ------------------------------------------------
 
 
+def test_every_revision_declares_what_its_downgrade_drops() -> None:
+    for script in schema._scripts().walk_revisions():
+        assert callable(getattr(script.module, "downgrade_drops", None)), (
+            f"{script.revision}: add downgrade_drops(bind), the tables and columns its "
+            "downgrade() drops (db downgrade previews them)"
+        )
+
+
 def test_each_downgrade_drops_exactly_what_it_declares(populated: URL) -> None:
     revision = schema.revision_of(populated)
     while revision is not None:
