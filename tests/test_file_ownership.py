@@ -79,6 +79,9 @@ def damage_table(path: Path, table: str) -> None:
     """Overwrite the cell pointers of the right-most leaf page of ``table``'s b-tree: the file
     header stays valid, reading that page fails."""
     with contextlib.closing(sqlite3.connect(path)) as connection:
+        # Every page in the main file, none left in the WAL (where it would shadow the damage).
+        busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
         page_size = connection.execute("PRAGMA page_size").fetchone()[0]
         page = connection.execute(
             "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
