@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
 __all__ = [
+    "DAMAGE",
     "HEAD_REVISION",
     "VERSION_TABLE",
     "Drift",

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from sqlalchemy.engine import URL
+
 from .. import schema
 from ..engine import describe, is_sqlite, resolve_url
 from ..errors import InvalidInputError
@@ -132,7 +134,7 @@ def _print_sql(args: argparse.Namespace, out: Output, direction: str) -> int:
     return EXIT_OK
 
 
-def _report_migration(out: Output, url: Any, direction: str, before: str | None) -> None:
+def _report_migration(out: Output, url: URL, direction: str, before: str | None) -> None:
     after = schema.revision_of(url, allow_foreign=True)
     where = describe(url)
     if before == after:
