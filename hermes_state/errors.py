@@ -183,7 +183,8 @@ def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
     code = _sqlite_code(driver)
     if code == _SQLITE_CORRUPT or "database disk image is malformed" in lowered:
         return corrupt_error(where, message)
-    if code == _SQLITE_NOTADB or "file is not a database" in lowered or "encrypted" in lowered:
+    not_a_database = "file is not a database" in lowered or "file is encrypted" in lowered
+    if code == _SQLITE_NOTADB or not_a_database:
         return NotADatabaseError(
             f"{where} is not an SQLite database; it was not modified. "
             "Point hermes-state at another file with --url or HERMES_STATE_URL."

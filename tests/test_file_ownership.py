@@ -4,7 +4,7 @@ with damaged ones, and what the commands that only read leave behind.
 A file is ours when it is new (absent, zero bytes, no tables) or a hermes state database (our
 version table, or a ``sessions`` table of any upstream vintage). Anything else is refused
 before a single byte changes; the checks compare SHA-256 digests of the file. A damaged file
-is built on purpose: a valid header, and the cell pointers of one b-tree page overwritten.
+is built on purpose: a valid file header, and the header of one b-tree page overwritten.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def upstream_copy(folder: Path) -> Path:
 
 
 def damage_table(path: Path, table: str) -> None:
-    """Overwrite the cell pointers of the right-most leaf page of ``table``'s b-tree: the file
-    header stays valid, reading that page fails."""
+    """Overwrite the header and cell pointers of the right-most leaf page of ``table``'s
+    b-tree: the file header stays valid, reading that page fails."""
     with contextlib.closing(sqlite3.connect(path)) as connection:
         # Every page in the main file, none left in the WAL (where it would shadow the damage).
         busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -95,7 +95,9 @@ def damage_table(path: Path, table: str) -> None:
         page = int.from_bytes(data[start(page) + 8 : start(page) + 12], "big")
     assert data[start(page)] == 0x0D, "expected a table leaf page"
     assert int.from_bytes(data[start(page) + 3 : start(page) + 5], "big") > 0
-    data[start(page) + 8 : start(page) + 208] = b"\xff" * 200
+    # An impossible page type: SQLite refuses the page whenever it reads it. (Garbage cell
+    # pointers alone are not always noticed: SQLite masks them into the page.)
+    data[start(page) : start(page) + 208] = b"\xff" * 208
     path.write_bytes(bytes(data))
 
 
