@@ -56,6 +56,7 @@ __all__ = [
     "revision_of",
     "script_location",
     "upgrade",
+    "upgrade_command",
 ]
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
@@ -206,8 +207,13 @@ def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None
         raise _too_new(where, revision)
     raise SchemaOutOfDateError(
         f"{where} is at revision {revision or 'none'}, behind {HEAD_REVISION}; "
-        f"run `hermes-state --url '{where}' db upgrade` and try again"
+        f"run `{upgrade_command(url)}` and try again"
     )
+
+
+def upgrade_command(url: URL) -> str:
+    """The command that brings the database at ``url`` to head (its password masked)."""
+    return f"hermes-state --url '{describe(url)}' db upgrade"
 
 
 def _too_new(where: str, revision: str) -> SchemaTooNewError:

@@ -285,6 +285,9 @@ def test_db_reads_on_a_file_not_at_head_change_nothing(cli: Any, tmp_path: Path)
     current = cli("--url", str(path), "db", "current", "--json")
     assert current.code == 0
     assert current.json()["revision"] is None
+    plain = cli("--url", str(path), "db", "current")
+    assert plain.code == 0
+    assert f"hermes-state --url '{path}' db upgrade" in one_line(plain.err)
     checked = cli("--url", str(path), "db", "check")
     assert checked.code == 1
     assert "db upgrade" in checked.out

@@ -222,6 +222,8 @@ def run_current(args: argparse.Namespace, out: Output) -> int:
     out.line(
         f"{revision or 'base'}{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
     )
+    if not is_head and not out.as_json:
+        out.error(f"run `{schema.upgrade_command(url)}` to bring it to head")
     return EXIT_OK
 
 
@@ -270,7 +272,7 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
     if any(drift.kind == schema.DAMAGE for drift in drifts):
         return EXIT_BAD_INPUT
     if any(drift.kind == "revision" for drift in drifts):
-        out.line(f"  run `hermes-state --url '{describe(url)}' db upgrade` to bring it to head")
+        out.line(f"  run `{schema.upgrade_command(url)}` to bring it to head")
     return EXIT_REFUSED
 
 
