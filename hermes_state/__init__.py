@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     DatabaseBusyError,
+    DatabaseCorruptError,
     DatabaseError,
     DatabaseUnavailableError,
     DiskFullError,
+    ForeignDatabaseError,
     HermesStateError,
     InvalidInputError,
     InvalidInputTypeError,
@@ -34,9 +36,11 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncSessionDB",
     "DatabaseBusyError",
+    "DatabaseCorruptError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "DiskFullError",
+    "ForeignDatabaseError",
     "HandoffState",
     "HermesStateError",
     "InvalidInputError",

@@ -21,7 +21,7 @@ from .engine import READ_ONLY, is_sqlite, make_async_engine
 from .errors import raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
 from .repository import Body, Plan, Row
-from .schema import bring_current, current_revision
+from .schema import bring_current, current_revision, ensure_current
 from .statements import Capabilities, ReclaimScope
 from .store import Clock, StoreSettings
 
@@ -100,17 +100,21 @@ class NativeAsyncSessionDB(StoreSettings):
             return self._caps
         async with self._ready_lock:
             if self._caps is None:
-                try:
-                    async with self._engine.connect() as connection:
-                        await connection.execution_options(**{READ_ONLY: True})
-                        revision = await connection.run_sync(current_revision)
-                        await connection.rollback()
-                except Exception as exc:
-                    raise_translated(exc, self.where)
-                    raise
-                await asyncio.to_thread(
-                    bring_current, self.url, revision, auto_upgrade=is_sqlite(self.url)
-                )
+                if is_sqlite(self.url):
+                    # Read-only, before the engine's first connection (which switches to WAL).
+                    await asyncio.to_thread(
+                        ensure_current, self._engine.sync_engine, auto_upgrade=True, url=self.url
+                    )
+                else:
+                    try:
+                        async with self._engine.connect() as connection:
+                            await connection.execution_options(**{READ_ONLY: True})
+                            revision = await connection.run_sync(current_revision)
+                            await connection.rollback()
+                    except Exception as exc:
+                        raise_translated(exc, self.where)
+                        raise
+                    await asyncio.to_thread(bring_current, self.url, revision, auto_upgrade=False)
                 self._caps = Capabilities.of(self._engine.dialect)
         return self._caps
 

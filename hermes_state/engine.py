@@ -8,6 +8,7 @@ import re
 import select
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ __all__ = [
     "is_sqlite",
     "make_async_engine",
     "make_engine",
+    "read_only_file_uri",
     "resolve_url",
     "with_driver",
 ]
@@ -168,11 +170,27 @@ def _prepare_sqlite_path(url: URL) -> None:
             ) from None
 
 
-def _install_sqlite_listeners(engine: Engine, *, enforce_foreign_keys: bool) -> None:
+def read_only_file_uri(path: str) -> str:
+    """The SQLite URI that opens ``path`` read-only: SQLite itself refuses any write, and
+    never creates the file."""
+    return f"file:{urllib.parse.quote(path)}?mode=ro"
+
+
+def _read_only_url(url: URL) -> URL:
+    assert url.database is not None
+    uri = read_only_file_uri(url.database)
+    database, _, query = uri.partition("?")
+    return url.set(database=database, query={**dict(urllib.parse.parse_qsl(query)), "uri": "true"})
+
+
+def _install_sqlite_listeners(
+    engine: Engine, *, enforce_foreign_keys: bool, read_only: bool = False
+) -> None:
     """Pragmas on every new connection, and ``BEGIN IMMEDIATE`` for write transactions.
 
     Follows SQLAlchemy's pysqlite recipe: the driver's own transaction handling is switched off
-    so the BEGIN we emit is the one that runs. Listeners attach to this engine only.
+    so the BEGIN we emit is the one that runs. Listeners attach to this engine only. A
+    read-only engine leaves the journal mode alone: switching it is a write.
     """
 
     @event.listens_for(engine, "connect")
@@ -181,32 +199,43 @@ def _install_sqlite_listeners(engine: Engine, *, enforce_foreign_keys: bool) -> 
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
+            if not read_only:
+                cursor.execute("PRAGMA journal_mode = WAL")
+                cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute(f"PRAGMA foreign_keys = {'ON' if enforce_foreign_keys else 'OFF'}")
         finally:
             cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        read_only = connection.get_execution_options().get(READ_ONLY, False)
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        reads_only = read_only or connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
 
 
-def make_engine(url: URL, *, enforce_foreign_keys: bool = True) -> Engine:
-    """A synchronous engine configured for hermes-state (see the module docstring)."""
+def make_engine(url: URL, *, enforce_foreign_keys: bool = True, read_only: bool = False) -> Engine:
+    """A synchronous engine configured for hermes-state (see the module docstring).
+
+    ``read_only`` opens an SQLite file in SQLite's read-only mode (it must exist); on a server
+    it changes nothing, the commands that ask for it only read.
+    """
     url = with_driver(url, asyncio=False)
     if is_sqlite(url):
         if sqlite3.sqlite_version_info < (3, 35):
             raise InvalidInputError(
                 f"SQLite {sqlite3.sqlite_version} is too old; hermes-state needs 3.35 or newer"
             )
-        _prepare_sqlite_path(url)
+        if not read_only:
+            _prepare_sqlite_path(url)
         # Threads keep their connection for good (see store.py), so the pool must never run dry.
         engine = create_engine(
-            url, pool_size=5, max_overflow=-1, execution_options=_EXECUTION_OPTIONS
+            _read_only_url(url) if read_only else url,
+            pool_size=5,
+            max_overflow=-1,
+            execution_options=_EXECUTION_OPTIONS,
         )
-        _install_sqlite_listeners(engine, enforce_foreign_keys=enforce_foreign_keys)
+        _install_sqlite_listeners(
+            engine, enforce_foreign_keys=enforce_foreign_keys, read_only=read_only
+        )
         return engine
     if url.get_backend_name() == "postgresql":
         # No pool_pre_ping here: its SELECT 1 would double the round trips of a transition

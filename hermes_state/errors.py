@@ -10,9 +10,11 @@ from typing import Final
 __all__ = [
     "ConcurrentChangeError",
     "DatabaseBusyError",
+    "DatabaseCorruptError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "DiskFullError",
+    "ForeignDatabaseError",
     "HermesStateError",
     "InvalidInputError",
     "InvalidInputTypeError",
@@ -20,6 +22,7 @@ __all__ = [
     "ReadOnlyDatabaseError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "corrupt_error",
     "is_retryable",
     "raise_translated",
     "translate",
@@ -51,6 +54,15 @@ class NotADatabaseError(DatabaseUnavailableError):
     """The file exists but is not an SQLite database; it was left untouched."""
 
 
+class DatabaseCorruptError(DatabaseError):
+    """SQLite found the file damaged ("database disk image is malformed", or a failed
+    ``PRAGMA quick_check`` before a migration); nothing more was written to it."""
+
+
+class ForeignDatabaseError(DatabaseError):
+    """An SQLite database that belongs to another application; it was left untouched."""
+
+
 class ReadOnlyDatabaseError(DatabaseError):
     """A write was refused because the database (or its folder) is read-only."""
 
@@ -74,6 +86,10 @@ class SchemaOutOfDateError(HermesStateError):
 class SchemaTooNewError(HermesStateError):
     """The database was migrated by a newer hermes-state than this one."""
 
+
+# SQLite's primary result codes (the low byte of ``sqlite3.Error.sqlite_errorcode``).
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_NOTADB: Final = 26
 
 _SQLITE_LOCKED_MARKERS: Final = (
     "database is locked",
@@ -116,6 +132,19 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def _sqlite_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def corrupt_error(where: str, damage: str) -> DatabaseCorruptError:
+    """The one message for a damaged SQLite file: what SQLite said, and how to recover."""
+    return DatabaseCorruptError(
+        f"{where} is damaged ({damage}); nothing more was written to it. Recover what it holds "
+        f"with `sqlite3 '{where}' \".recover\" | sqlite3 recovered.db` and use the recovered file"
+    )
+
+
 def _mysql_errno(exc: BaseException) -> int | None:
     args = getattr(exc, "args", ())
     if args and isinstance(args[0], int):
@@ -151,7 +180,11 @@ def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
         return None
     message = str(driver).strip()
     lowered = message.lower()
-    if "file is not a database" in lowered or "file is encrypted" in lowered:
+    code = _sqlite_code(driver)
+    if code == _SQLITE_CORRUPT or "database disk image is malformed" in lowered:
+        return corrupt_error(where, message)
+    not_a_database = "file is not a database" in lowered or "file is encrypted" in lowered
+    if code == _SQLITE_NOTADB or not_a_database:
         return NotADatabaseError(
             f"{where} is not an SQLite database; it was not modified. "
             "Point hermes-state at another file with --url or HERMES_STATE_URL."

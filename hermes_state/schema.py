@@ -8,20 +8,24 @@ change (a test keeps the constant equal to the scripts' head).
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib.resources
 import io
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, column, func, inspect, select, table, text
 
-from .engine import READ_ONLY, describe, make_engine
+from .engine import READ_ONLY, describe, is_sqlite, make_engine, read_only_file_uri
 from .errors import (
+    ForeignDatabaseError,
     InvalidInputError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    corrupt_error,
     translated,
 )
 
@@ -30,23 +34,32 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
 __all__ = [
+    "DAMAGE",
     "HEAD_REVISION",
     "NO_REVISION",
     "VERSION_TABLE",
     "Comparison",
     "Drift",
+    "FileKind",
+    "FileState",
     "HistoryEntry",
+    "Loss",
     "bring_current",
     "check",
     "compare",
     "current_revision",
+    "damage_of",
     "downgrade",
+    "downgrade_losses",
     "ensure_current",
     "history",
+    "look_at_sqlite_file",
     "migration_connection",
+    "offline_sql",
     "revision_of",
     "script_location",
     "upgrade",
+    "upgrade_command",
 ]
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
@@ -63,12 +76,15 @@ def script_location() -> Path:
     return Path(str(importlib.resources.files("hermes_state.migrations")))
 
 
-def current_revision(connection: Connection) -> str | None:
-    """The revision recorded in the version table, or None when there is no table (yet)."""
-    if not inspect(connection).has_table(VERSION_TABLE):
-        return None
-    query = text(f"SELECT version_num FROM {VERSION_TABLE}")  # noqa: S608 - a constant
-    rows = connection.execute(query).scalars().all()
+_VERSION_QUERY: Final = f"SELECT version_num FROM {VERSION_TABLE}"  # noqa: S608 - a constant
+_TABLES_QUERY: Final = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+)
+#: Columns every upstream vintage of hermes' ``sessions`` table has: what makes a file ours.
+HERMES_SESSION_COLUMNS: Final = frozenset({"id", "source", "started_at"})
+
+
+def _one_revision(rows: Sequence[str]) -> str | None:
     if len(rows) > 1:
         raise SchemaTooNewError(
             f"the version table holds several heads ({', '.join(rows)}); "
@@ -77,13 +93,111 @@ def current_revision(connection: Connection) -> str | None:
     return rows[0] if rows else None
 
 
-def ensure_current(engine: Engine, *, auto_upgrade: bool) -> None:
-    """Bring an embedded database to head, or refuse a server database that is behind."""
-    with translated(describe(engine.url)), engine.connect() as connection:
-        connection.execution_options(**{READ_ONLY: True})
-        revision = current_revision(connection)
-        connection.rollback()
-    bring_current(engine.url, revision, auto_upgrade=auto_upgrade)
+def current_revision(connection: Connection) -> str | None:
+    """The revision recorded in the version table, or None when there is no table (yet)."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    return _one_revision(connection.execute(text(_VERSION_QUERY)).scalars().all())
+
+
+class FileKind(enum.Enum):
+    NEW = "new"  # absent, zero bytes, or without a single table
+    HERMES = "hermes"  # a hermes state database of any vintage, adopted or not
+    FOREIGN = "foreign"  # another application's SQLite database
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    kind: FileKind
+    revision: str | None
+
+
+@contextlib.contextmanager
+def _read_only_sqlite(path: str) -> Iterator[sqlite3.Connection]:
+    """A plain ``sqlite3`` connection that cannot write, create the file or change its mode."""
+    with translated(path):
+        connection = sqlite3.connect(read_only_file_uri(path), uri=True)
+        try:
+            yield connection
+        finally:
+            connection.close()
+
+
+def look_at_sqlite_file(url: URL) -> FileState:
+    """Whose file this is and its revision, read without writing a byte (see FileKind)."""
+    assert url.database is not None
+    path = Path(url.database)
+    if not path.is_file() or path.stat().st_size == 0:
+        return FileState(FileKind.NEW, None)
+    with _read_only_sqlite(url.database) as connection:
+        tables = {name for (name,) in connection.execute(_TABLES_QUERY)}
+        if VERSION_TABLE in tables:
+            rows = [row[0] for row in connection.execute(_VERSION_QUERY)]
+            return FileState(FileKind.HERMES, _one_revision(rows))
+        if "sessions" in tables:
+            columns = {row[1] for row in connection.execute("PRAGMA table_info(sessions)")}
+            if columns >= HERMES_SESSION_COLUMNS:
+                return FileState(FileKind.HERMES, None)
+    return FileState(FileKind.FOREIGN if tables else FileKind.NEW, None)
+
+
+def _foreign(where: str) -> ForeignDatabaseError:
+    return ForeignDatabaseError(
+        f"{where} is another application's SQLite database (it has no hermes `sessions` "
+        "table); it was left untouched. Point --url (HERMES_STATE_URL) at a hermes state file, "
+        f"or adopt this one on purpose: `hermes-state --url '{where}' db upgrade --adopt-foreign`"
+    )
+
+
+def _sqlite_revision(url: URL) -> str | None:
+    """The revision of an SQLite file that is ours (or new); another application's is refused."""
+    state = look_at_sqlite_file(url)
+    if state.kind is FileKind.FOREIGN:
+        raise _foreign(describe(url))
+    return state.revision
+
+
+def damage_of(url: URL) -> str | None:
+    """What ``PRAGMA quick_check`` finds wrong with an SQLite file, in one line; None if sound."""
+    assert url.database is not None
+    if not Path(url.database).is_file():
+        return None
+    with _read_only_sqlite(url.database) as connection:
+        try:
+            findings = [str(row[0]) for row in connection.execute("PRAGMA quick_check")]
+        except sqlite3.DatabaseError as exc:
+            if "malformed" not in str(exc):
+                raise
+            return str(exc)
+    if findings == ["ok"]:
+        return None
+    shown = "; ".join(line.replace("\n", " ") for line in findings[:3])
+    more = f" (and {len(findings) - 3} more findings)" if len(findings) > 3 else ""
+    return f"quick_check: {shown}{more}"
+
+
+def _refuse_damage(url: URL) -> None:
+    damage = damage_of(url)
+    if damage is not None:
+        raise corrupt_error(describe(url), damage)
+
+
+def ensure_current(engine: Engine, *, auto_upgrade: bool, url: URL | None = None) -> None:
+    """Bring an embedded database to head, or refuse a server database that is behind.
+
+    ``url`` is the database as the user named it (default: the engine's). An SQLite file is
+    read through a read-only connection of its own first: one that is not ours is refused
+    before the engine's first connection switches it to WAL (itself a write).
+    """
+    url = url or engine.url
+    if is_sqlite(url):
+        revision = _sqlite_revision(url)
+    else:
+        with translated(describe(url)), engine.connect() as connection:
+            connection.execution_options(**{READ_ONLY: True})
+            revision = current_revision(connection)
+            connection.rollback()
+    bring_current(url, revision, auto_upgrade=auto_upgrade)
 
 
 def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None:
@@ -98,8 +212,13 @@ def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None
         raise _too_new(where, revision)
     raise SchemaOutOfDateError(
         f"{where} is at revision {revision or NO_REVISION}, behind {HEAD_REVISION}; "
-        f"run `hermes-state --url '{where}' db upgrade` and try again"
+        f"run `{upgrade_command(url)}` and try again"
     )
+
+
+def upgrade_command(url: URL) -> str:
+    """The command that brings the database at ``url`` to head (its password masked)."""
+    return f"hermes-state --url '{describe(url)}' db upgrade"
 
 
 def _too_new(where: str, revision: str) -> SchemaTooNewError:
@@ -115,7 +234,7 @@ def _too_new(where: str, revision: str) -> SchemaTooNewError:
 def _config(connection: Connection | None = None, output: io.StringIO | None = None) -> Config:
     from alembic.config import Config
 
-    config = Config(stdout=output) if output is not None else Config()
+    config = Config(output_buffer=output) if output is not None else Config()
     config.set_main_option("script_location", str(script_location()))
     # The connection goes through attributes, not sqlalchemy.url: Alembic's config parser would
     # treat the '%' of URL-encoded passwords as interpolation.
@@ -123,19 +242,26 @@ def _config(connection: Connection | None = None, output: io.StringIO | None = N
     return config
 
 
-def _is_known(revision: str) -> bool:
+def _scripts() -> Any:
     from alembic.script import ScriptDirectory
 
+    return ScriptDirectory.from_config(_config())
+
+
+def _is_known(revision: str) -> bool:
     try:
-        return ScriptDirectory.from_config(_config()).get_revision(revision) is not None
+        return _scripts().get_revision(revision) is not None
     except Exception:
         return False
 
 
 @contextlib.contextmanager
 def migration_connection(url: URL, *, read_only: bool = False) -> Iterator[Connection]:
-    """A connection for migrations; foreign keys off on SQLite so table rebuilds cascade nothing."""
-    engine = make_engine(url, enforce_foreign_keys=False)
+    """A connection for migrations; foreign keys off on SQLite so table rebuilds cascade nothing.
+
+    ``read_only`` opens an SQLite file in SQLite's read-only mode: nothing can be written.
+    """
+    engine = make_engine(url, enforce_foreign_keys=False, read_only=read_only)
     try:
         with translated(describe(url)), engine.connect() as connection:
             connection.execution_options(**{READ_ONLY: read_only})
@@ -163,18 +289,131 @@ def _run(url: URL, command_name: str, *args: Any) -> None:
         connection.commit()
 
 
-def upgrade(url: URL, revision: str = "head") -> None:
-    """Migrate up to ``revision`` in one transaction (SQLite) or per Alembic's defaults."""
+def upgrade(url: URL, revision: str = "head", *, adopt_foreign: bool = False) -> None:
+    """Migrate up to ``revision`` in one transaction (SQLite) or per Alembic's defaults.
+
+    An SQLite file must be new or a hermes state database (``adopt_foreign`` takes another
+    application's file on purpose), and must pass ``PRAGMA quick_check``; otherwise it is
+    refused before a byte is written.
+    """
+    if is_sqlite(url):
+        state = look_at_sqlite_file(url)
+        if state.kind is FileKind.FOREIGN and not adopt_foreign:
+            raise _foreign(describe(url))
+        if state.kind is not FileKind.NEW:
+            _refuse_damage(url)
     _run(url, "upgrade", revision)
 
 
 def downgrade(url: URL, revision: str) -> None:
+    """Migrate down to ``revision``. A database with no revision is left as it is (whoever's
+    it is); a damaged SQLite file is refused like on upgrade."""
+    if revision_of(url, allow_foreign=True) is None:
+        if not _is_known(revision) and revision != "base":
+            where = describe(url)
+            raise InvalidInputError(f"cannot downgrade {where}: unknown revision {revision!r}")
+        return
+    if is_sqlite(url):
+        _refuse_damage(url)
     _run(url, "downgrade", revision)
 
 
-def revision_of(url: URL) -> str | None:
+def revision_of(url: URL, *, allow_foreign: bool = False) -> str | None:
+    """The database's revision, read without writing; another application's SQLite file is
+    refused unless ``allow_foreign`` (it then has none)."""
+    if is_sqlite(url):
+        if allow_foreign:
+            return look_at_sqlite_file(url).revision
+        return _sqlite_revision(url)
     with migration_connection(url, read_only=True) as connection:
         return current_revision(connection)
+
+
+# -- what a downgrade drops, and the DDL of a migration without a database ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """A table, or a column (``column`` set), that a downgrade drops, and the rows it holds
+    (for a column: the rows where it has a value)."""
+
+    table: str
+    column: str | None
+    rows: int
+
+    def __str__(self) -> str:
+        if self.column is None:
+            return f"table {self.table} ({self.rows} rows)"
+        return f"column {self.table}.{self.column} ({self.rows} rows with a value)"
+
+
+def downgrade_losses(url: URL, revision: str) -> tuple[str | None, list[Loss]]:
+    """The database's revision, and what downgrading it to ``revision`` would drop.
+
+    Every revision script declares what its downgrade drops in ``downgrade_drops(bind)``
+    (the same list its ``downgrade()`` works from; a test holds each script to it). Read-only:
+    nothing is written, nothing is locked for long.
+    """
+    from alembic.script.revision import RevisionError
+    from alembic.util import CommandError
+
+    where = describe(url)
+    current = revision_of(url)
+    if current is None:
+        return None, []
+    if not _is_known(current):
+        raise _too_new(where, current)
+    scripts = _scripts()
+    with migration_connection(url, read_only=True) as connection:
+        try:
+            steps = list(scripts.iterate_revisions(current, revision, select_for_downgrade=True))
+        except (CommandError, RevisionError) as exc:
+            raise InvalidInputError(f"cannot downgrade {where} to {revision!r}: {exc}") from None
+        dropped_tables: list[str] = []
+        dropped_columns: list[tuple[str, str]] = []
+        for step in steps:
+            for table_name, column_name in step.module.downgrade_drops(connection):
+                if column_name is None:
+                    dropped_tables.append(table_name)
+                else:
+                    dropped_columns.append((table_name, column_name))
+        losses = [Loss(name, None, _count(connection, name, None)) for name in dropped_tables]
+        losses += [
+            Loss(table_name, column_name, _count(connection, table_name, column_name))
+            for table_name, column_name in dropped_columns
+            if table_name not in dropped_tables
+        ]
+        connection.rollback()
+    return current, losses
+
+
+def _count(connection: Connection, table_name: str, column_name: str | None) -> int:
+    query = select(func.count()).select_from(table(table_name))
+    if column_name is not None:
+        query = query.where(column(column_name).is_not(None))
+    return int(connection.execute(query).scalar_one())
+
+
+def offline_sql(url: URL, command_name: str, revision: str) -> str:
+    """The DDL ``upgrade`` or ``downgrade`` would run, rendered for the URL's dialect without
+    connecting (Alembic's offline mode). A downgrade needs ``FROM:TO``, e.g. ``head:base``."""
+    from alembic import command
+    from alembic.util import CommandError
+
+    where = describe(url)
+    if command_name == "downgrade" and ":" not in revision:
+        raise InvalidInputError(
+            f"db downgrade --sql renders without reading the database, so it needs the range "
+            f"as FROM:TO (e.g. {HEAD_REVISION}:base); `db current` shows where {where} is"
+        )
+    output = io.StringIO()
+    config = _config(output=output)
+    config.attributes["url"] = url
+    try:
+        getattr(command, command_name)(config, revision, sql=True)
+    except CommandError as exc:
+        raise InvalidInputError(f"cannot render {command_name} SQL: {exc}") from None
+    return output.getvalue()
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +427,8 @@ class HistoryEntry:
 
 def history(url: URL | None) -> list[HistoryEntry]:
     """Every revision, oldest first; ``is_current`` marks the database's (when a URL is given)."""
-    from alembic.script import ScriptDirectory
-
     current = revision_of(url) if url is not None else None
-    scripts = ScriptDirectory.from_config(_config())
+    scripts = _scripts()
     heads = set(scripts.get_heads())
     entries = [
         HistoryEntry(
@@ -217,6 +454,10 @@ class Drift:
         return f"{self.kind}: {self.detail}"
 
 
+#: The Drift kind of a damaged SQLite file (``db check`` exits 2 on it).
+DAMAGE: Final = "damage"
+
+
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """``db check``'s finding: drift, and the differences an adopted file is allowed to keep."""
@@ -233,17 +474,25 @@ def check(url: URL) -> list[Drift]:
 
 
 def compare(url: URL) -> Comparison:
-    """The models against the database, adopted legacy differences set apart."""
+    """The models against the database, adopted legacy differences set apart.
+
+    Read-only. A damaged SQLite file is one difference of kind :data:`DAMAGE` (the models are
+    not compared with it).
+    """
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
     from .migration_support import context_options, describe_diffs, modified_column
     from .models import metadata
 
+    revision = revision_of(url)
+    if is_sqlite(url):
+        damage = damage_of(url)
+        if damage is not None:
+            return Comparison([Drift(DAMAGE, str(corrupt_error(describe(url), damage)))], [])
     with migration_connection(url, read_only=True) as connection:
         drifts: list[Drift] = []
         adopted: list[Drift] = []
-        revision = current_revision(connection)
         if revision != HEAD_REVISION:
             drifts.append(
                 Drift(
@@ -285,6 +534,6 @@ def _added_by_adoption(connection: Connection) -> _Added | None:
     for kind, table_name, name in connection.execute(query):
         if kind == "table":
             added.tables.add(table_name)
-        elif kind == "column":
+        elif kind.startswith("column"):  # "column", or "column:<revision>" of later ones
             added.columns.add((table_name, name))
     return added

@@ -6,6 +6,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -13,7 +14,7 @@ from sqlalchemy.engine import URL
 
 from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, resolve_url
-from .errors import InvalidInputError
+from .errors import DatabaseUnavailableError, InvalidInputError, ReadOnlyDatabaseError
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
 from .repository import Ownership, Plan, Repository, Row
 from .schema import ensure_current
@@ -86,6 +87,10 @@ class SessionDB(StoreSettings):
     supported backend. An embedded SQLite file is brought to the current schema on open; a
     server database that is behind raises :class:`~hermes_state.SchemaOutOfDateError`, which
     names the command to run. The store is safe to share between threads.
+
+    ``read_only=True`` opens a store that never writes: an SQLite file is opened in SQLite's
+    read-only mode and must already be at head (no upgrade, no file created); every write
+    method raises :class:`~hermes_state.ReadOnlyDatabaseError`.
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class SessionDB(StoreSettings):
         owner: str | None = None,
         lease_seconds: float | None = None,
         actor: str | None = None,
+        read_only: bool = False,
     ) -> None:
         super().__init__(
             db_path,
@@ -108,10 +114,15 @@ class SessionDB(StoreSettings):
             lease_seconds=lease_seconds,
             actor=actor,
         )
-        engine = make_engine(self.url)
+        self.read_only = read_only
         embedded = is_sqlite(self.url)
+        if read_only and embedded and not Path(str(self.url.database)).is_file():
+            raise DatabaseUnavailableError(
+                f"there is no database at {self.where}; `hermes-state db upgrade` creates one"
+            )
+        engine = make_engine(self.url, read_only=read_only)
         try:
-            ensure_current(engine, auto_upgrade=embedded)
+            ensure_current(engine, auto_upgrade=embedded and not read_only, url=self.url)
         except BaseException:
             engine.dispose()
             raise
@@ -134,12 +145,19 @@ class SessionDB(StoreSettings):
         self._runner.close()
 
     def _run(self, plan: Plan[T]) -> T:
+        if plan.writes and self.read_only:
+            raise self._refuse_write()
         return self._runner.run(plan)
+
+    def _refuse_write(self) -> ReadOnlyDatabaseError:
+        return ReadOnlyDatabaseError(f"this store of {self.where} was opened read-only")
 
     def _execute_write(self, fn: Callable[[WriteConnection], T]) -> T:
         """Run ``fn(conn)`` in one write transaction: committed on return, rolled back on error,
         run again whole on lock contention. ``conn.execute`` takes SQLAlchemy statements or raw
         SQL in the driver's paramstyle (``?`` on SQLite)."""
+        if self.read_only:
+            raise self._refuse_write()
         return self._runner.run_callable(fn)
 
     # -- sessions and transcript ---------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, text
 
-from hermes_state.engine import resolve_url
+from hermes_state.engine import resolve_url, with_driver
 from hermes_state.migration_support import context_options
 from hermes_state.models import metadata
 from hermes_state.schema import VERSION_TABLE, migration_connection
@@ -32,9 +32,12 @@ def run_migrations(connection: Connection) -> None:
 
 
 def run_offline() -> None:
-    url = resolve_url(config.get_main_option("sqlalchemy.url") or None)
+    """SQL for the URL's dialect, without connecting (``hermes-state db upgrade --sql``)."""
+    url = config.attributes.get("url") or resolve_url(
+        config.get_main_option("sqlalchemy.url") or None
+    )
     context.configure(
-        url=url,
+        url=with_driver(url, asyncio=False),
         target_metadata=metadata,
         literal_binds=True,
         dialect_opts={"paramstyle": "named"},
@@ -42,6 +45,9 @@ def run_offline() -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+        if context.get_starting_revision_argument() and context.get_revision_argument() is None:
+            # Down to base: the same end as online, no version table left behind.
+            context.execute(f"DROP TABLE {VERSION_TABLE}")
 
 
 given = config.attributes.get("connection")

@@ -300,7 +300,7 @@ def test_second_upgrade_is_a_no_op(legacy: LegacyFile, capsys: pytest.CaptureFix
 
 
 def _downgrade_to_base(path: Path) -> None:
-    assert main(["--url", str(path), "db", "downgrade", "base"]) == 0
+    assert main(["--url", str(path), "db", "downgrade", "base", "--yes"]) == 0
     assert revision(path) is None
 
 

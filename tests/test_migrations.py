@@ -78,6 +78,8 @@ def current(url: URL) -> str | None:
 
 
 def table_names(url: URL) -> set[str]:
+    if url.get_backend_name() == "sqlite" and not Path(str(url.database)).exists():
+        return set()  # a read-only connection does not create the file
     with schema.migration_connection(url, read_only=True) as connection:
         return set(inspect(connection).get_table_names())
 

@@ -1,7 +1,9 @@
 """The ``hermes-state`` command line: parsing, option/environment twins, output and exit codes.
 
 Exit codes: 0 done, 1 refused or failed (a request while one is in flight, an unreachable
-database, drift found), 2 bad input (arguments, URLs, ids, files that are not databases).
+database, drift found, a database not at head for a command that only reads, a destructive
+downgrade not confirmed), 2 bad input (arguments, URLs, ids, files that are not databases,
+another application's database, a damaged file).
 User errors never print a traceback; set ``HERMES_STATE_DEBUG=1`` to see one anyway.
 """
 
@@ -21,6 +23,8 @@ from sqlalchemy.engine import URL
 
 from ..engine import is_sqlite, resolve_url
 from ..errors import (
+    DatabaseCorruptError,
+    ForeignDatabaseError,
     HermesStateError,
     InvalidInputError,
     InvalidInputTypeError,
@@ -90,11 +94,18 @@ def database_url(args: argparse.Namespace, *, must_exist: bool = False) -> URL:
     return url
 
 
-def open_store(args: argparse.Namespace, *, must_exist: bool = False) -> SessionDB:
-    """The store a command works on (an embedded file is created and migrated on demand)."""
+def open_store(
+    args: argparse.Namespace, *, must_exist: bool = False, read_only: bool = False
+) -> SessionDB:
+    """The store a command works on (an embedded file is created and migrated on demand).
+
+    ``read_only`` for commands that only read: nothing is created, migrated or written, and a
+    database that is not at head is refused with the command that brings it there.
+    """
     from ..store import SessionDB
 
-    return SessionDB(url=database_url(args, must_exist=must_exist), actor=CLI_ACTOR)
+    url = database_url(args, must_exist=must_exist or read_only)
+    return SessionDB(url=url, actor=CLI_ACTOR, read_only=read_only)
 
 
 def whole_number(minimum: int) -> Callable[[str], int]:
@@ -237,7 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command_function: Handler = args.command_function
     try:
         return command_function(args, out)
-    except (InvalidInputError, InvalidInputTypeError, NotADatabaseError) as exc:
+    except (
+        InvalidInputError,
+        InvalidInputTypeError,
+        NotADatabaseError,
+        ForeignDatabaseError,
+        DatabaseCorruptError,
+    ) as exc:
         out.error(str(exc))
         return EXIT_BAD_INPUT
     except HermesStateError as exc:

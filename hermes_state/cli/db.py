@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+from sqlalchemy.engine import URL
 
 from .. import schema
 from ..engine import describe, is_sqlite, resolve_url
 from ..errors import InvalidInputError
 from . import (
+    EXIT_BAD_INPUT,
     EXIT_OK,
     EXIT_REFUSED,
     Output,
@@ -20,17 +24,56 @@ from . import (
     repeated,
 )
 
+#: What a person types on a terminal to let a downgrade drop rows.
+CONFIRMATION: Final = "yes"
+
 
 def register(commands: Any) -> None:
     db = commands.add_parser("db", help="migrate and inspect the database schema")
     actions = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
 
-    upgrade = actions.add_parser("upgrade", help="migrate up to REVISION (default: head)")
+    upgrade = actions.add_parser(
+        "upgrade",
+        help="migrate up to REVISION (default: head)",
+        description="Migrate up to REVISION. An SQLite file must be new or a hermes state "
+        "database (of any vintage) and pass `PRAGMA quick_check`; anything else is refused "
+        "untouched.",
+    )
     upgrade.add_argument("revision", nargs="?", default="head", metavar="REVISION")
+    add_option(
+        upgrade,
+        "--adopt-foreign",
+        env="HERMES_STATE_ADOPT_FOREIGN",
+        flag=True,
+        help="add hermes tables to another application's SQLite file, on purpose",
+    )
+    _add_sql_option(upgrade, "REVISION or FROM:TO; from base when FROM is not given")
     upgrade.set_defaults(command_function=run_upgrade)
 
-    downgrade = actions.add_parser("downgrade", help="migrate down to REVISION ('base': nothing)")
+    downgrade = actions.add_parser(
+        "downgrade",
+        help="migrate down to REVISION ('base': nothing)",
+        description="Migrate down to REVISION. A downgrade that drops tables or columns "
+        "holding rows lists them with their row counts and proceeds only with --yes, or when "
+        f"'{CONFIRMATION}' is typed on a terminal.",
+    )
     downgrade.add_argument("revision", metavar="REVISION")
+    add_option(
+        downgrade,
+        "--yes",
+        env="HERMES_STATE_DOWNGRADE_YES",
+        flag=True,
+        help="drop tables and columns holding rows without asking",
+    )
+    add_option(
+        downgrade,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="list what the downgrade would drop, with row counts; change nothing",
+    )
+    _add_sql_option(downgrade, "as FROM:TO, e.g. head:base")
+    add_json_option(downgrade)
     downgrade.set_defaults(command_function=run_downgrade)
 
     current = actions.add_parser("current", help="print the database's revision")
@@ -89,25 +132,93 @@ def register(commands: Any) -> None:
     check.set_defaults(command_function=run_check)
 
 
-def _migrate(args: argparse.Namespace, out: Output, direction: str) -> int:
-    url = database_url(args, must_exist=direction == "downgrade")
-    before = schema.revision_of(url)
-    (schema.upgrade if direction == "upgrade" else schema.downgrade)(url, args.revision)
-    after = schema.revision_of(url)
+def _add_sql_option(parser: argparse.ArgumentParser, revisions: str) -> None:
+    add_option(
+        parser,
+        "--sql",
+        env="HERMES_STATE_SQL",
+        flag=True,
+        help="print the DDL for the URL's database kind without connecting to it "
+        f"(REVISION {revisions})",
+    )
+
+
+def _print_sql(args: argparse.Namespace, out: Output, direction: str) -> int:
+    out.stdout.write(schema.offline_sql(resolve_url(args.url), direction, args.revision))
+    return EXIT_OK
+
+
+def _report_migration(out: Output, url: URL, direction: str, before: str | None) -> None:
+    after = schema.revision_of(url, allow_foreign=True)
     where = describe(url)
     if before == after:
         out.line(f"{where} is already at {after or 'base'}")
     else:
         out.line(f"{where}: {direction}d from {before or 'base'} to {after or 'base'}")
-    return EXIT_OK
 
 
 def run_upgrade(args: argparse.Namespace, out: Output) -> int:
-    return _migrate(args, out, "upgrade")
+    if args.sql:
+        return _print_sql(args, out, "upgrade")
+    url = database_url(args)
+    before = schema.revision_of(url, allow_foreign=args.adopt_foreign)
+    schema.upgrade(url, args.revision, adopt_foreign=args.adopt_foreign)
+    _report_migration(out, url, "upgrade", before)
+    return EXIT_OK
 
 
 def run_downgrade(args: argparse.Namespace, out: Output) -> int:
-    return _migrate(args, out, "downgrade")
+    if args.sql:
+        return _print_sql(args, out, "downgrade")
+    url = database_url(args, must_exist=True)
+    where = describe(url)
+    before, losses = schema.downgrade_losses(url, args.revision)
+    holding = [loss for loss in losses if loss.rows]
+    document = {
+        "database": where,
+        "from": before,
+        "to": args.revision,
+        "drops": [
+            {"table": loss.table, "column": loss.column, "rows": loss.rows} for loss in losses
+        ],
+        "dry_run": args.dry_run,
+        "done": False,
+    }
+    if losses:
+        out.line(f"downgrading {where} from {before} to {args.revision} drops:")
+        for loss in losses:
+            out.line(f"  {loss}")
+    if args.dry_run:
+        out.json(document)
+        if not losses:
+            out.line(f"downgrading {where} to {args.revision} drops nothing")
+        return EXIT_OK
+    if holding and not args.yes and not _confirmed(out, sum(loss.rows for loss in holding)):
+        out.json(document)
+        out.error(
+            f"not downgraded: it would drop data from {where} (listed above). Re-run with "
+            "--yes (HERMES_STATE_DOWNGRADE_YES=1) to drop it, or --dry-run to only list it"
+        )
+        return EXIT_REFUSED
+    schema.downgrade(url, args.revision)
+    document["done"] = True
+    out.json(document)
+    _report_migration(out, url, "downgrade", before)
+    return EXIT_OK
+
+
+def _confirmed(out: Output, rows: int) -> bool:
+    """A typed confirmation, asked only of a person at a terminal."""
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        return False
+    print(
+        f"This drops {rows} row(s) or values for good. Type '{CONFIRMATION}' to go on: ",
+        end="",
+        file=out.stderr,
+        flush=True,
+    )
+    return stdin.readline().strip() == CONFIRMATION
 
 
 def run_current(args: argparse.Namespace, out: Output) -> int:
@@ -126,6 +237,8 @@ def run_current(args: argparse.Namespace, out: Output) -> int:
         f"{revision or schema.NO_REVISION}"
         f"{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
     )
+    if not is_head and not out.as_json:
+        out.error(f"run `{schema.upgrade_command(url)}` to bring it to head")
     return EXIT_OK
 
 
@@ -176,6 +289,10 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
     out.line(f"{describe(url)} differs from the models:")
     for drift in found.drifts:
         out.line(f"  {drift}")
+    if any(drift.kind == schema.DAMAGE for drift in found.drifts):
+        return EXIT_BAD_INPUT
+    if any(drift.kind == "revision" for drift in found.drifts):
+        out.line(f"  run `{schema.upgrade_command(url)}` to bring it to head")
     return EXIT_REFUSED
 
 

@@ -226,7 +226,7 @@ def wait_for_outcome(db: SessionDB, session_id: str, out: Output) -> int:
 
 
 def run_show(args: argparse.Namespace, out: Output) -> int:
-    with open_store(args, must_exist=True) as db:
+    with open_store(args, read_only=True) as db:
         state = db.get_handoff_state(args.session_id)
     if state is None:
         out.error(f"no session {args.session_id!r}")
@@ -237,7 +237,7 @@ def run_show(args: argparse.Namespace, out: Output) -> int:
 
 
 def run_list(args: argparse.Namespace, out: Output) -> int:
-    with open_store(args, must_exist=True) as db:
+    with open_store(args, read_only=True) as db:
         rows = db.list_handoffs(args.state, limit=args.limit or None)
     out.json(rows)
     for row in rows:
@@ -265,7 +265,7 @@ def run_fail(args: argparse.Namespace, out: Output) -> int:
 
 def run_reclaim(args: argparse.Namespace, out: Output) -> int:
     scope = "all" if args.all else "stale"
-    with open_store(args, must_exist=True) as db:
+    with open_store(args, must_exist=True, read_only=args.dry_run) as db:
         if args.dry_run:
             found = db.preview_reclaim(scope)
             out.json({"dry_run": True, "would_reclaim": found})
@@ -300,7 +300,7 @@ def run_retry(args: argparse.Namespace, out: Output) -> int:
 
 
 def run_history(args: argparse.Namespace, out: Output) -> int:
-    with open_store(args, must_exist=True) as db:
+    with open_store(args, read_only=True) as db:
         events = db.handoff_history(args.session_id)
         known = events or db.get_handoff_state(args.session_id) is not None
     if not known:
@@ -330,7 +330,7 @@ def run_prune(args: argparse.Namespace, out: Output) -> int:
 
 
 def run_stats(args: argparse.Namespace, out: Output) -> int:
-    with open_store(args, must_exist=True) as db:
+    with open_store(args, read_only=True) as db:
         stats = db.handoff_stats()
     out.json(stats)
     for state, count in stats["counts"].items():

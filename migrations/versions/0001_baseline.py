@@ -7,6 +7,9 @@ nullable, so writers that do not know them keep working) and our indexes. Everyt
 is recorded in ``hermes_state_adoption`` so that the downgrade removes exactly that and the file
 returns to what it was.
 
+Offline (``--sql``) there is no database to look at: the SQL is that of a new database, where
+every table is created, and dropped again on the way down.
+
 Revision ID: 0001_baseline
 Revises:
 """
@@ -93,6 +96,10 @@ TABLES: list[tuple[str, Callable[[], list[sa.Column[Any]]], dict[str, Any]]] = [
 ]
 
 
+def _offline() -> bool:
+    return bool(op.get_context().as_sql)
+
+
 def upgrade() -> None:
     options: dict[str, Any] = table_options(op.get_bind().dialect)
     adoption = op.create_table(
@@ -102,11 +109,11 @@ def upgrade() -> None:
         sa.Column("name", sa.String(64), primary_key=True),
         **options,
     )
-    inspector = sa.inspect(op.get_bind())
+    inspector = None if _offline() else sa.inspect(op.get_bind())
     added: list[dict[str, str]] = []
 
     for table_name, columns, creation in TABLES:
-        if not inspector.has_table(table_name):
+        if inspector is None or not inspector.has_table(table_name):
             pk_name = creation["pk"]
             extra = {k: v for k, v in creation.items() if k != "pk"}
             op.create_table(
@@ -127,9 +134,11 @@ def upgrade() -> None:
             op.add_column(table_name, column)
             added.append({"kind": "column", "table_name": table_name, "name": column.name})
 
-    inspector = sa.inspect(op.get_bind())
+    inspector = None if _offline() else sa.inspect(op.get_bind())
     for name, table_name, column_names, dialect_options in INDEXES:
-        existing = {index["name"] for index in inspector.get_indexes(table_name)}
+        existing = (
+            {index["name"] for index in inspector.get_indexes(table_name)} if inspector else set()
+        )
         if name in existing:
             continue
         op.create_index(name, table_name, column_names, **dialect_options)
@@ -138,24 +147,38 @@ def upgrade() -> None:
     op.bulk_insert(adoption, added)
 
 
-def downgrade() -> None:
-    bind = op.get_bind()
+def _records(bind: sa.Connection, offline: bool) -> list[tuple[str, str, str]]:
+    """What adoption added: (kind, table, name). Offline, what it adds to a new database."""
+    if offline:
+        return [("table", table_name, table_name) for table_name, _, _ in TABLES]
     query = f"SELECT kind, table_name, name FROM {ADOPTION_TABLE}"  # noqa: S608 - a constant
-    records = bind.execute(sa.text(query)).all()
-    by_kind: dict[str, list[tuple[str, str]]] = {"index": [], "column": [], "table": []}
-    for kind, table_name, name in records:
-        by_kind[kind].append((table_name, name))
+    return [(kind, table_name, name) for kind, table_name, name in bind.execute(sa.text(query))]
 
-    created_tables = {table_name for table_name, _ in by_kind["table"]}
-    for table_name, name in by_kind["index"]:
-        if table_name not in created_tables:  # a dropped table takes its indexes along
-            op.drop_index(name, table_name=table_name)
-    for table_name, name in by_kind["column"]:
-        # A plain ALTER TABLE ... DROP COLUMN (SQLite >= 3.35), never a table rebuild: the
-        # table keeps the triggers and constraints older hermes versions gave it.
-        op.drop_column(table_name, name)
+
+def _drops(records: list[tuple[str, str, str]]) -> list[tuple[str, str | None]]:
+    created = [(table_name, None) for kind, table_name, _ in records if kind == "table"]
+    columns = [(table_name, name) for kind, table_name, name in records if kind == "column"]
     # messages references sessions, so it goes first.
-    for table_name in ("messages", "sessions"):
-        if table_name in created_tables:
+    return [*columns, *sorted(created, key=lambda drop: drop[0] != "messages")]
+
+
+def downgrade_drops(bind: sa.Connection) -> list[tuple[str, str | None]]:
+    """The tables (column None) and columns holding data that ``downgrade()`` drops."""
+    return _drops(_records(bind, offline=False))
+
+
+def downgrade() -> None:
+    records = _records(op.get_bind(), _offline())
+    created_tables = {table_name for kind, table_name, _ in records if kind == "table"}
+    for kind, table_name, name in records:
+        if kind == "index" and table_name not in created_tables:
+            # (a dropped table takes its indexes along)
+            op.drop_index(name, table_name=table_name)
+    for table_name, column_name in _drops(records):
+        if column_name is None:
             op.drop_table(table_name)
+        else:
+            # A plain ALTER TABLE ... DROP COLUMN (SQLite >= 3.35), never a table rebuild: the
+            # table keeps the triggers and constraints older hermes versions gave it.
+            op.drop_column(table_name, column_name)
     op.drop_table(ADOPTION_TABLE)

@@ -31,8 +31,14 @@ def upgrade() -> None:
     )
 
 
+def downgrade_drops(bind: sa.Connection) -> list[tuple[str, str | None]]:
+    """The columns ``downgrade()`` drops."""
+    return [("sessions", column) for column in reversed(COLUMNS)]
+
+
 def downgrade() -> None:
     # Plain ALTER TABLE ... DROP COLUMN (SQLite >= 3.35): no table rebuild, so an adopted
     # file keeps its triggers and constraints.
-    for column in reversed(COLUMNS):
-        op.drop_column("sessions", column)
+    for table_name, column_name in downgrade_drops(op.get_bind()):
+        assert column_name is not None
+        op.drop_column(table_name, column_name)

@@ -44,5 +44,11 @@ def upgrade() -> None:
     op.create_index("ix_handoff_events_at", "handoff_events", ["at"])
 
 
+def downgrade_drops(bind: sa.Connection) -> list[tuple[str, str | None]]:
+    """The table ``downgrade()`` drops."""
+    return [("handoff_events", None)]
+
+
 def downgrade() -> None:
-    op.drop_table("handoff_events")
+    for table_name, _ in downgrade_drops(op.get_bind()):
+        op.drop_table(table_name)

@@ -103,11 +103,18 @@ def _adoption_table() -> sa.TableClause:
     )
 
 
+def _offline() -> bool:
+    """``db upgrade --sql``: no database to look at, so the SQL is for a new one."""
+    return bool(op.get_context().as_sql)
+
+
 def upgrade() -> None:
-    inspector = sa.inspect(op.get_bind())
+    inspector = None if _offline() else sa.inspect(op.get_bind())
     added: list[dict[str, str]] = []
     for table_name, columns in TABLES:
-        present = {column["name"] for column in inspector.get_columns(table_name)}
+        present = (
+            {column["name"] for column in inspector.get_columns(table_name)} if inspector else set()
+        )
         for column in columns():
             if column.name in present:
                 continue  # an adopted file's own column: its declaration and data stay
@@ -117,13 +124,23 @@ def upgrade() -> None:
         op.bulk_insert(_adoption_table(), added)
 
 
-def downgrade() -> None:
+def downgrade_drops(bind: sa.Connection) -> list[tuple[str, str | None]]:
+    """The columns this revision added, which ``downgrade()`` drops."""
     adoption = _adoption_table()
+    query = sa.select(adoption.c.table_name, adoption.c.name).where(adoption.c.kind == KIND)
+    return [(table_name, name) for table_name, name in bind.execute(query)]
+
+
+def downgrade() -> None:
     bind = op.get_bind()
-    records = bind.execute(
-        sa.select(adoption.c.table_name, adoption.c.name).where(adoption.c.kind == KIND)
-    ).all()
-    for table_name, name in records:
+    if _offline():  # a database this revision brought up to date: it added every column
+        drops = [
+            (table_name, column.name) for table_name, columns in TABLES for column in columns()
+        ]
+    else:
+        drops = [(table_name, name) for table_name, name in downgrade_drops(bind) if name]
+    for table_name, name in drops:
         # A plain DROP COLUMN (SQLite >= 3.35): the table keeps its triggers and constraints.
         op.drop_column(table_name, name)
-    bind.execute(sa.delete(adoption).where(adoption.c.kind == KIND))
+    adoption = _adoption_table()
+    op.execute(sa.delete(adoption).where(adoption.c.kind == KIND))
