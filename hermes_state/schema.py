@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
-HEAD_REVISION: Final = "0003_handoff_events"
+HEAD_REVISION: Final = "0005_session_turn_leases"
 VERSION_TABLE: Final = "hermes_state_alembic_version"
 #: Bookkeeping table of the baseline migration: what adoption added, so downgrade removes only that.
 ADOPTION_TABLE: Final = "hermes_state_adoption"
