@@ -237,6 +237,9 @@ class NativeAsyncSessionDB(StoreSettings):
     async def has_pending_handoffs(self) -> bool:
         return await self._run(self._plans.has_pending_handoffs())
 
+    async def get_session(self, session_id: str) -> Row | None:
+        return await self._run(self._plans.get_session(session_id))
+
     async def get_handoff_state(self, session_id: str) -> Row | None:
         return await self._run(self._plans.get_handoff_state(session_id))
 

@@ -636,6 +636,10 @@ class Repository:
     def has_pending_handoffs(self) -> Plan[bool]:
         return Plan(_has_rows, statements.has_pending_handoffs(), writes=False)
 
+    def get_session(self, session_id: object) -> Plan[Row | None]:
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_first_row, statements.get_session(), params, writes=False)
+
     def get_handoff_state(self, session_id: object) -> Plan[Row | None]:
         params = {"session_id": require_identifier("session_id", session_id)}
         return Plan(_first_row, statements.get_handoff_state(), params, writes=False)

@@ -66,6 +66,7 @@ __all__ = [
     "fail_handoff",
     "get_handoff_state",
     "get_messages",
+    "get_session",
     "handoff_history",
     "has_pending_handoffs",
     "insert_session",
@@ -496,6 +497,12 @@ def list_handoffs(state: HandoffState | None, limited: bool = False) -> Select[t
     condition = _c.handoff_state.is_not(None) if state is None else state_is(state)
     stmt = select(sessions).where(condition).order_by(_c.started_at, _c.id)
     return stmt.limit(bindparam("limit")) if limited else stmt
+
+
+@functools.cache
+def get_session() -> Select[tuple[object, ...]]:
+    """The whole session row."""
+    return select(sessions).where(_c.id == bindparam("session_id"))
 
 
 @functools.cache

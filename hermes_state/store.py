@@ -286,6 +286,10 @@ class SessionDB(StoreSettings):
         """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""
         return self._run(self._plans.has_pending_handoffs())
 
+    def get_session(self, session_id: str) -> Row | None:
+        """The whole session row as a dict (every modelled column), or None for an unknown id."""
+        return self._run(self._plans.get_session(session_id))
+
     def get_handoff_state(self, session_id: str) -> Row | None:
         """``{"state", "platform", "error"}`` of the session, or None for an unknown id."""
         return self._run(self._plans.get_handoff_state(session_id))
