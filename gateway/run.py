@@ -361,7 +361,7 @@ class HandoffWatch:
         self.takes_profile = _accepts_profile(process)
         self.wants_document = bool(getattr(runner, "_handoff_wants_document", False))
         self.heartbeat: float = getattr(runner, "_handoff_heartbeat", DEFAULT_HEARTBEAT_SECONDS)
-        self.holder = _turn_holder(runner._session_db)
+        self.holder = _turn_holder(getattr(runner, "_session_db", None))
         self.in_flight: dict[Key, asyncio.Task[None]] = {}
         self.turns: dict[Key, _Turn] = {}
         self.scopes: list[Scope] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import functools
 import importlib
 import inspect
 import json
@@ -34,8 +35,8 @@ SECONDS = finite_number("seconds", allow_zero=True)
 POSITIVE_SECONDS = finite_number("seconds", allow_zero=False)
 
 # Runs beside the watcher in a session of its own: it learns the process group of each
-# delivery command on stdin ("+PGID" / "-PGID") and, when stdin ends because the watcher died
-# (SIGKILL, OOM), kills the groups still listed.
+# delivery command on stdin ("+PGID" from the command, "-PGID" from the watcher) and, when
+# stdin ends because the watcher died (SIGKILL, OOM), kills the groups still listed.
 _WATCHDOG: Final = """
 import os, signal, sys
 groups = set()
@@ -55,54 +56,60 @@ class DeliveryFailed(HermesStateError):
     """The delivery command exited with a non-zero status, or ran out of time."""
 
 
-def _die_with_parent() -> None:
-    """In the forked child, before exec (Linux): SIGKILL when the watcher dies.
+def _in_the_handler_before_exec(watchdog_fd: int | None, parent: int) -> None:
+    """Runs in the forked delivery command before it execs (its own session already).
 
-    Other platforms have no parent-death signal; the watchdog process covers them.
+    It tells the watchdog its process group first, so no window is left in which the watcher
+    could die with the group unknown; then (Linux) it asks for SIGKILL when the watcher dies,
+    and checks the watcher did not die already.
     """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    if watchdog_fd is not None:
+        with suppress(OSError):
+            os.write(watchdog_fd, f"+{os.getpid()}\n".encode())
+    if sys.platform == "linux":
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Watchdog:
-    """Kills the process groups of delivery commands if the watcher dies without doing it.
+    """Kills the process groups of delivery commands when the watcher dies without doing it.
 
-    A parent-death signal only reaches the watcher's direct child (the shell); the commands
-    the shell starts live in the same process group, which the watchdog kills.
+    A parent-death signal only reaches the watcher's direct child (the shell), and only on
+    Linux; the commands the shell starts live on in its process group, which the watchdog kills
+    as soon as its stdin (a pipe from the watcher) ends. Each command announces its group to
+    the watchdog itself, before it execs; the watcher says when a group is done.
     """
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
 
-    def _pipe(self) -> Any:
-        if self._process is None or self._process.poll() is not None:
-            self._process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _WATCHDOG],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                # Its own session: a kill of the watcher's group must not take it along. It exits
-                # by itself when its stdin ends.
-                start_new_session=True,
-            )
-        return self._process.stdin
-
-    def _say(self, line: str) -> None:
-        try:
-            pipe = self._pipe()
-            pipe.write(line.encode())
-            pipe.flush()
-        except OSError:
-            logger.warning("the handler watchdog is gone; handlers may outlive a killed watcher")
-
-    def watch(self, pgid: int) -> None:
-        self._say(f"+{pgid}\n")
+    def fd(self) -> int | None:
+        """The watchdog's stdin, started when needed; None when it cannot run."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            try:
+                process = self._process = subprocess.Popen(
+                    [sys.executable, "-I", "-c", _WATCHDOG],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    # Its own session: a kill of the watcher's group must not take it along.
+                    # It exits by itself when its stdin ends.
+                    start_new_session=True,
+                )
+            except OSError:
+                logger.warning("cannot start the handler watchdog", exc_info=True)
+                return None
+        assert process.stdin is not None
+        return process.stdin.fileno()
 
     def forget(self, pgid: int) -> None:
-        self._say(f"-{pgid}\n")
+        fd = self.fd()
+        if fd is not None:
+            with suppress(OSError):
+                os.write(fd, f"-{pgid}\n".encode())
 
     def close(self) -> None:
         process, self._process = self._process, None
@@ -161,9 +168,10 @@ class ExecHandler:
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, **handler_environment(row, profile_name)},
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=functools.partial(
+                _in_the_handler_before_exec, self._watchdog.fd(), os.getpid()
+            ),
         )
-        self._watchdog.watch(process.pid)
         stderr_tail: deque[str] = deque(maxlen=200)
         payload = json.dumps(dict(row), default=str).encode()
         io = asyncio.gather(
