@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -281,3 +282,29 @@ def test_the_help_shows_every_new_option_with_its_environment_twin(
     ):
         assert option in result.stdout
         assert variable in result.stdout
+
+
+def test_a_drain_that_times_out_sends_term_first_then_kill(
+    db_path: Path, env: dict[str, str]
+) -> None:
+    """SIGTERM to the watcher: it drains; what is left gets SIGTERM (a chance to clean up),
+    then SIGKILL for whatever in its group outlives that."""
+    pid_file = Path(env["PID_FILE"])
+    term_file = Path(f"{pid_file}.term")
+    command = f"trap 'echo got TERM > \"$PID_FILE.term\"; exit 1' TERM; {HANGS_WITH_A_CHILD}"
+    argv = cli_argv(
+        db_path, "watch", "--interval", "0.05", "--drain-timeout", "0.2", "--exec", command
+    )
+    watcher = Watcher(argv, env)
+    try:
+        wait_until(lambda: read_pid(Path(f"{pid_file}.child")) is not None, "the delivery to start")
+        child = read_pid(Path(f"{pid_file}.child"))
+        assert child is not None
+        watcher.process.send_signal(signal.SIGTERM)
+        assert watcher.wait() == 0, watcher.log
+        assert term_file.read_text().strip() == "got TERM"
+        wait_until(lambda: process_is_gone(child), "the command's child to be killed")
+    finally:
+        watcher.kill()
+        kill_group(read_pid(pid_file))
+    assert row(db_path)["handoff_state"] == "running"  # cancelled: left for the next reclaim
