@@ -315,3 +315,23 @@ def test_servers_have_no_conn(store: SessionDB, backend_url: URL) -> None:
     if backend_url.get_backend_name() == "sqlite":
         pytest.skip("SQLite has one")
     assert getattr(store, "_conn", None) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "try_acquire_session_turn_lease",
+        "refresh_session_turn_lease",
+        "release_session_turn_lease",
+        "get_session",
+    ],
+)
+def test_the_native_async_store_offers_the_same_signature(name: str) -> None:
+    import inspect
+
+    sync = inspect.signature(getattr(SessionDB, name))
+    native = getattr(NativeAsyncSessionDB, name)
+    assert inspect.iscoroutinefunction(native)
+    assert inspect.signature(native).parameters.keys() == sync.parameters.keys()
+    for parameter in sync.parameters.values():
+        assert inspect.signature(native).parameters[parameter.name].default == parameter.default
