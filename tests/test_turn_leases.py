@@ -255,6 +255,7 @@ def test_an_adopted_file_keeps_its_lease_table_rows_and_single_index(tmp_path: P
     with SessionDB(path) as db:  # adopts the file: upgrade to head
         assert db.try_acquire_session_turn_lease("upstream-conv", "gateway") is False
         assert db.try_acquire_session_turn_lease("other", "gateway") is True
+    assert main(["--url", str(path), "db", "check"]) == 0  # upstream's index is no drift
     assert _indexes_on_pending(path) == ["idx_sessions_handoff_pending"]
     with sqlite3.connect(path) as connection:
         assert (
