@@ -56,6 +56,20 @@ class DeliveryFailed(HermesStateError):
     """The delivery command exited with a non-zero status, or ran out of time."""
 
 
+def _load_prctl() -> Any:
+    """libc's prctl, looked up in the watcher (a forked child of a threaded process should not
+    dlopen anything); None off Linux."""
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl: Final = _load_prctl()
+
+
 def _in_the_handler_before_exec(watchdog_fd: int | None, parent: int) -> None:
     """Runs in the forked delivery command before it execs (its own session already).
 
@@ -66,9 +80,8 @@ def _in_the_handler_before_exec(watchdog_fd: int | None, parent: int) -> None:
     if watchdog_fd is not None:
         with suppress(OSError):
             os.write(watchdog_fd, f"+{os.getpid()}\n".encode())
-    if sys.platform == "linux":
-        with suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGKILL)
 
