@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import hashlib
 import inspect
 import logging
 import os
@@ -259,8 +260,15 @@ def _turn_holder(db: Any) -> str:
     claims), else this process."""
     owner = getattr(db, "owner", None)
     if isinstance(owner, str) and owner:
-        return f"handoff-watcher:{owner}"[:255]
-    return f"handoff-watcher:{socket.gethostname()}:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
+        return owner
+    return f"{socket.gethostname()}:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _holder_for(gateway: str, session_id: str) -> str:
+    """The holder of one delivery's turn lease: per session, so two segments of the same
+    conversation pending at once are delivered one after the other, never together."""
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:16]
+    return f"handoff:{digest}:{gateway}"[:255]
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -578,7 +586,8 @@ class HandoffWatch:
         try:
             acquire = getattr(db, "try_acquire_session_turn_lease", None)
             if acquire is not None:
-                if not await acquire(session_id, self.holder, ttl_seconds=TURN_LEASE_SECONDS):
+                holder = _holder_for(self.holder, session_id)
+                if not await acquire(session_id, holder, ttl_seconds=TURN_LEASE_SECONDS):
                     logger.debug("%s: its conversation's turn is taken; later", session_id)
                     await self._give_back(db, claimed)
                     return None
@@ -638,7 +647,7 @@ class HandoffWatch:
             release = getattr(db, "release_session_turn_lease", None)
             if release is not None:
                 try:
-                    await release(claimed.key[1], self.holder)
+                    await release(claimed.key[1], _holder_for(self.holder, claimed.key[1]))
                 except Exception:
                     logger.warning(
                         "could not release the turn lease of %s; it expires by itself",
@@ -796,7 +805,9 @@ class HandoffWatch:
                         if refresh is None:
                             continue
                         kept = await refresh(
-                            turn.session_id, self.holder, ttl_seconds=TURN_LEASE_SECONDS
+                            turn.session_id,
+                            _holder_for(self.holder, turn.session_id),
+                            ttl_seconds=TURN_LEASE_SECONDS,
                         )
                 except Exception:
                     logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)

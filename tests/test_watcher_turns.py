@@ -560,3 +560,50 @@ async def test_the_heartbeat_says_what_the_watcher_watches(
     beat = next(r.message for r in caplog.records if "2 in flight" in r.message)
     assert "watcher alive: 1 scope(s)" in beat
     assert "last tick" in beat
+
+
+async def test_two_segments_of_one_conversation_are_delivered_one_after_the_other(
+    tmp_path: Path,
+) -> None:
+    with SessionDB(tmp_path / "state.db") as db:
+        db.create_session("root", "cli", started_at=1.0)
+        db.create_session("segment", "cli", started_at=2.0, parent_session_id="root")
+        make_pending(db, "root", "segment")
+        db._execute_write(
+            lambda conn: conn.execute(
+                "UPDATE sessions SET end_reason = 'compression' WHERE id = 'root'"
+            )
+        )
+        first_running = asyncio.Event()
+        release_first = asyncio.Event()
+        order: list[str] = []
+        ticks_while_first_runs: list[int] = []
+
+        async def handler(row: dict[str, Any], profile_name: str | None) -> None:
+            order.append(f"start {row['id']}")
+            if row["id"] == "root":
+                first_running.set()
+                await release_first.wait()
+            order.append(f"end {row['id']}")
+
+        runner = GatewayRunner(SessionDB(tmp_path / "state.db"), handler, interval=0.01)
+        reads = 0
+
+        class Running:
+            def __bool__(self) -> bool:
+                nonlocal reads
+                reads += 1
+                if first_running.is_set() and not release_first.is_set():
+                    ticks_while_first_runs.append(reads)
+                    if len(ticks_while_first_runs) >= 5:
+                        release_first.set()
+                return "end segment" not in order
+
+        runner._running = Running()
+        try:
+            await within(runner._handoff_watcher(interval=0.01, drain_timeout=DEADLINE))
+        finally:
+            await runner.close()
+
+        assert order == ["start root", "end root", "start segment", "end segment"]
+        assert db.get_handoff_state("segment")["state"] == "completed"  # type: ignore[index]
