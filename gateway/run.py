@@ -4,13 +4,16 @@ The watcher (:meth:`GatewayRunner._handoff_watcher`) needs only ``runner._sessio
 awaitable store), ``runner._running`` (re-read every tick) and ``runner._process_handoff``.
 Everything else it uses is a module-level name looked up when called, so a host process (or a
 test) can replace any piece: ``asyncio``, ``_handoff_watch_scopes``,
-``_async_profile_runtime_scope``, ``_multiplex_profile_homes`` and ``get_hermes_home``.
+``_async_profile_runtime_scope``, ``_multiplex_profile_homes``, ``get_hermes_home`` and
+``_legacy_handoff_forbidden_by_writer_policy``. Optional pieces a runner (and a store) may
+offer are used when present: see :class:`HandoffWatch`.
 
 Guarantees: the event loop never waits on database or file I/O (stores are awaited, file work
 runs in threads); one slow delivery never delays another (fire-and-forget tasks); a row is
 never dispatched twice (claims are compare-and-swap, and in-flight rows are skipped); a row
 left ``running`` by a dead gateway is failed at the next start with a hint to re-run
-``/handoff``, never re-queued.
+``/handoff``, never re-queued; a handoff never runs during a local turn of its conversation
+(the durable turn lease), and a side task that keeps crashing stops the watcher loudly.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import hashlib
 import inspect
 import logging
 import os
@@ -26,7 +30,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,13 +40,19 @@ from sqlalchemy.engine import URL
 
 from hermes_state import AsyncSessionDB, SessionDB, notify
 from hermes_state.engine import hermes_home
+from hermes_state.errors import HermesStateError
 from hermes_state.repository import STRANDED_ERROR
 
 __all__ = [
+    "DEFAULT_HEARTBEAT_SECONDS",
+    "LEGACY_HANDOFF_ENV",
     "RECLAIM_MESSAGE",
     "GatewayConfig",
     "GatewayRunner",
     "Handler",
+    "HandoffWatch",
+    "ProfileStores",
+    "SideTaskFailed",
     "default_owner",
     "get_hermes_home",
 ]
@@ -50,18 +61,39 @@ logger = logging.getLogger(__name__)
 
 RECLAIM_MESSAGE: Final = STRANDED_ERROR
 DEFAULT_MAX_CONCURRENCY: Final = 3
+#: How often an idle watcher says, at INFO, that it is alive and what it watches.
+DEFAULT_HEARTBEAT_SECONDS: Final = 180.0
+#: How long the watcher's turn lease on a conversation lasts without a refresh; refreshed
+#: every third of it while the delivery runs.
+TURN_LEASE_SECONDS: Final = 60.0
+#: A side task that crashes more often than this within :data:`RESTART_WINDOW` seconds stops
+#: the watcher; below that it is restarted after :data:`RESTART_DELAY` seconds.
+MAX_RESTARTS: Final = 5
+RESTART_WINDOW: Final = 60.0
+RESTART_DELAY: Final = 0.5
+#: The writer-policy setting: ``off`` makes the legacy (polling) handoff path do nothing.
+LEGACY_HANDOFF_ENV: Final = "HERMES_STATE_LEGACY_HANDOFF"
+_OFF: Final = frozenset({"off", "0", "false", "no", "disabled", "forbidden"})
 
 Row = Mapping[str, Any]
 #: What delivers a handoff: ``handler(row, profile_name)``, async or sync.
 Handler = Callable[[Row, str | None], Any]
 Scope = tuple[str | None, Path | None]
+Key = tuple[str | None, str]  # (profile name, session id) of a delivery in flight
+SideTask = Callable[[], Coroutine[Any, Any, None]]
 
 # The store of the profile whose scope the current task runs in (None: the root store).
 _scoped_store: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "hermes_profile_store", default=None
 )
-_profile_stores: dict[Path, AsyncSessionDB] = {}
-_profile_stores_lock = threading.Lock()
+# The profile stores of the watcher the current task belongs to (None: outside a watcher).
+_active_profile_stores: contextvars.ContextVar[ProfileStores | None] = contextvars.ContextVar(
+    "hermes_profile_stores", default=None
+)
+
+
+class SideTaskFailed(HermesStateError, RuntimeError):
+    """A watcher side task (lease keeper, LISTEN, heartbeat) kept crashing: the watcher stopped."""
 
 
 def get_hermes_home() -> Path:
@@ -76,6 +108,15 @@ def default_owner() -> str:
     instead of waiting for their leases to expire.
     """
     return f"{socket.gethostname()}:{get_hermes_home().resolve()}"
+
+
+def _legacy_handoff_forbidden_by_writer_policy() -> bool:
+    """True when the deployment's writer policy turns the legacy handoff path off.
+
+    Set ``HERMES_STATE_LEGACY_HANDOFF=off`` where another writer owns handoffs: the watcher
+    then claims nothing, and ``GatewayRunner._process_handoff`` refuses to deliver.
+    """
+    return os.environ.get(LEGACY_HANDOFF_ENV, "").strip().lower() in _OFF
 
 
 @dataclass(frozen=True)
@@ -109,16 +150,6 @@ def _handoff_watch_scopes(runner: Any) -> list[Scope]:
     return scopes
 
 
-def _open_profile_store(home: Path) -> AsyncSessionDB:
-    """The profile's ``home/state.db``, opened once per process (blocking: call off the loop)."""
-    key = home.expanduser().resolve()
-    with _profile_stores_lock:
-        store = _profile_stores.get(key)
-        if store is None:
-            store = _profile_stores[key] = AsyncSessionDB(SessionDB(key / "state.db"))
-        return store
-
-
 class _AbsentProfileStore:
     """The store of a profile that has no database yet: nothing to reclaim, list or claim.
 
@@ -139,16 +170,61 @@ class _AbsentProfileStore:
         return []
 
 
-def _profile_store_if_present(home: Path) -> Any:
-    if not (home.expanduser() / "state.db").exists():
-        return _AbsentProfileStore()
-    return _open_profile_store(home)
+class ProfileStores:
+    """The stores of the profiles a runner serves: each opened once, all closed together.
+
+    Methods block (they open files): call them off the event loop. The module's ``SessionDB``
+    is looked up when a store is opened, so a host (or a test) can replace it.
+    """
+
+    def __init__(self) -> None:
+        self._stores: dict[Path, AsyncSessionDB] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def open(self, home: Path) -> AsyncSessionDB:
+        key = home.expanduser().resolve()
+        with self._lock:
+            if self._closed:
+                raise HermesStateError("the gateway's profile stores are closed")
+            store = self._stores.get(key)
+            if store is None:
+                store = self._stores[key] = AsyncSessionDB(SessionDB(key / "state.db"))
+            return store
+
+    def if_present(self, home: Path) -> Any:
+        """The profile's store, or a stand-in with nothing in it when it has no database."""
+        if not (home.expanduser() / "state.db").exists():
+            return _AbsentProfileStore()
+        return self.open(home)
+
+    def has_pending(self, home: Path) -> bool:
+        """The idle gate's probe; raises when it cannot tell (no database, a database error)."""
+        if not (home.expanduser() / "state.db").exists():
+            raise FileNotFoundError(f"{home} has no state.db yet")
+        store = self.open(home).wrapped
+        return bool(store.has_pending_handoffs())  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            with contextlib.suppress(Exception):
+                store.wrapped.close()  # type: ignore[attr-defined]
+
+
+def _current_profile_stores() -> ProfileStores:
+    stores = _active_profile_stores.get()
+    if stores is None:
+        raise RuntimeError("profile scopes are entered by a running watcher only")
+    return stores
 
 
 @contextlib.asynccontextmanager
 async def _async_profile_runtime_scope(home: Path) -> AsyncIterator[None]:
     """Inside this scope ``runner._session_db`` is the profile's own store."""
-    store = await asyncio.to_thread(_profile_store_if_present, home)
+    store = await asyncio.to_thread(_current_profile_stores().if_present, home)
     token = _scoped_store.set(store)
     try:
         yield
@@ -156,39 +232,11 @@ async def _async_profile_runtime_scope(home: Path) -> AsyncIterator[None]:
         _scoped_store.reset(token)
 
 
-def _profile_has_pending(home: Path) -> bool:
-    """The idle gate's probe (blocking). A profile without a database has nothing pending."""
-    if not (home.expanduser() / "state.db").exists():
-        return False
-    store = _open_profile_store(home).wrapped
-    return bool(store.has_pending_handoffs())  # type: ignore[attr-defined]
-
-
-async def _scope_is_busy(home: Path) -> bool:
-    """Whether the tick should enter a profile's scope; fails open, so a probe error polls."""
-    try:
-        return await asyncio.to_thread(_profile_has_pending, home)
-    except Exception:
-        logger.warning("pending probe of profile %s failed; polling it anyway", home, exc_info=True)
-        return True
-
-
 def _enter_scope(home: Path | None) -> contextlib.AbstractAsyncContextManager[Any]:
     if home is None:
         return contextlib.nullcontext()
     scope: contextlib.AbstractAsyncContextManager[Any] = _async_profile_runtime_scope(home)
     return scope
-
-
-async def _resolve_scopes(runner: Any) -> list[Scope]:
-    run_in_executor = getattr(runner, "_run_in_executor_with_context", None)
-    if run_in_executor is None:
-        return list(_handoff_watch_scopes(runner))
-    try:
-        return list(await run_in_executor(_handoff_watch_scopes, runner))
-    except Exception:
-        logger.exception("could not resolve the profiles to watch; watching the root store only")
-        return [(None, None)]
 
 
 def _accepts_profile(process: Callable[..., Any]) -> bool:
@@ -206,65 +254,42 @@ def _accepts_profile(process: Callable[..., Any]) -> bool:
     return positional >= 2
 
 
-async def _reclaim_stranded(runner: Any, scopes: list[Scope]) -> None:
-    """Startup: in each scope, fail the rows a previous life of this gateway left running."""
-    for profile_name, home in scopes:
-        try:
-            async with _enter_scope(home):
-                reclaim = getattr(runner._session_db, "reclaim_stale_running_handoffs", None)
-                if reclaim is None:
-                    continue
-                reclaimed = await reclaim(RECLAIM_MESSAGE)
-        except Exception:
-            logger.warning(
-                "startup reclaim failed in scope %s", profile_name or "root", exc_info=True
-            )
-            continue
-        for session_id in reclaimed or ():
-            logger.info(
-                "reclaimed %s (%s): left running by a stopped gateway",
-                session_id,
-                profile_name or "root",
-            )
+def _turn_holder(db: Any) -> str:
+    """Whom the watcher's turn leases name: its gateway's owner when the store has one, so a
+    restarted gateway takes its dead previous life's leases back at once (as it reclaims its
+    claims), else this process."""
+    owner = getattr(db, "owner", None)
+    if isinstance(owner, str) and owner:
+        return owner
+    return f"{socket.gethostname()}:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-async def _deliver(runner: Any, db: Any, row: Row, profile_name: str | None) -> None:
-    """One dispatch: run the handler, then complete the row or fail it with the error's text.
+def _holder_for(gateway: str, session_id: str) -> str:
+    """The holder of one delivery's turn lease: per session, so two segments of the same
+    conversation pending at once are delivered one after the other, never together."""
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:16]
+    return f"handoff:{digest}:{gateway}"[:255]
 
-    A cancelled delivery leaves the row ``running``: whether it arrived is unknown, so the
-    next start's reclaim fails it with the retry hint instead of risking a double delivery.
-    """
-    session_id = row["id"]
-    process = runner._process_handoff
-    started = time.monotonic()  # metrics (issue 14)
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _nap(seconds: float) -> None:
+    """Sleep on the loop's timer: side tasks keep their pace even where ``asyncio.sleep`` is
+    replaced (hosts and tests stub it to drive the poll loop)."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = loop.call_later(seconds, wake)
     try:
-        if _accepts_profile(process):
-            await process(row, profile_name)
-        else:
-            await process(row)
-    except asyncio.CancelledError:
-        logger.warning("delivery of %s cancelled; it stays running until reclaimed", session_id)
-        _metric(runner, "delivered", "cancelled", time.monotonic() - started)  # metrics (issue 14)
-        raise
-    except Exception as exc:
-        error = str(exc) or type(exc).__name__
-        logger.info("handoff %s failed: %s", session_id, error)
-        recorded = await _record_outcome(db.fail_handoff(session_id, error), session_id, "failure")
-        outcome = "failed" if recorded else "discarded"
-        _metric(runner, "delivered", outcome, time.monotonic() - started)  # metrics (issue 14)
-        return
-    if await _record_outcome(db.complete_handoff(session_id), session_id, "completion"):
-        logger.info("handoff %s completed", session_id)
-        _metric(runner, "delivered", "completed", time.monotonic() - started)  # metrics (issue 14)
-    else:
-        _metric(runner, "delivered", "discarded", time.monotonic() - started)  # metrics (issue 14)
-
-
-def _metric(runner: Any, name: str, *args: Any) -> None:
-    """metrics (issue 14): report to the runner's ``WatcherMetrics`` when it has one."""
-    metrics = getattr(runner, "_metrics", None)
-    if metrics is not None:
-        getattr(metrics, name)(*args)
+        await woken
+    finally:
+        timer.cancel()
 
 
 async def _record_outcome(write: Awaitable[Any], session_id: str, what: str) -> bool:
@@ -293,165 +318,545 @@ class _ScopeState:
 
     change_token: int | None = None
     backlog: bool = True  # rows may be pending that the last tick did not claim
+    listed: int = 0  # pending rows the last listing returned (for the heartbeat)
 
 
-async def _tick(
-    runner: Any,
-    profile_name: str | None,
-    in_flight: dict[Any, asyncio.Task[None]],
-    state: _ScopeState,
-    limit: int | None,
-) -> None:
-    """One poll of the current scope's store: claim what is pending and dispatch each row.
+@dataclass
+class _Turn:
+    """A conversation whose turn lease the watcher holds while it delivers."""
 
-    Claims no more rows than free delivery slots (``limit``), leaving the rest pending for
-    other gateways. When the store offers a change token and nothing changed since a tick that
-    left no backlog, the listing is skipped (the cheap idle poll on SQLite).
+    home: Path | None
+    session_id: str
+
+
+@dataclass
+class _Claimed:
+    """What a claimed row's delivery must give back on every path."""
+
+    key: Key
+    home: Path | None
+    reservation: Any = None
+    turn: bool = False
+
+
+class HandoffWatch:
+    """One run of the watcher, owning everything that run needs.
+
+    It holds the deliveries in flight (keyed by profile and session id), the per-scope state,
+    the concurrency limit, the wake-up event, the handler's calling convention (worked out
+    once), the profile stores (the runner's, else its own) and the supervised side tasks.
+
+    From the runner it needs ``_session_db``, ``_running`` and ``_process_handoff``; it uses,
+    when present: ``_handoff_max_concurrency``, ``_handoff_wakeup``, ``_profile_stores``,
+    ``_handoff_side_tasks`` (name -> coroutine function, supervised), ``_handoff_heartbeat``
+    (seconds), ``_handoff_metrics`` (a ``WatcherMetrics``: claims, deliveries, ticks),
+    ``_handoff_wants_document`` (deliver the row as claimed, with its transcript),
+    ``_run_in_executor_with_context``, ``_reserve_handoff_source`` /
+    ``_release_handoff_source_reservation``, and ``session_store`` with ``_is_session_running``
+    (an in-process turn in progress). From stores, when present: the turn-lease methods,
+    ``renew_handoff_leases``/``reclaim_expired_handoffs`` with ``lease_seconds``,
+    ``handoff_change_token``, ``list_handoffs``, ``get_session`` and ``get_messages``.
     """
-    db = runner._session_db
-    token_of = getattr(db, "handoff_change_token", None)
-    if token_of is not None:
-        token = await token_of()
-        if token is not None and token == state.change_token and not state.backlog:
-            return
-        state.change_token = token
-    # Until this tick's listing and claims succeed, assume rows are waiting: a tick that fails
-    # half way must not leave the next ticks skipping on an unchanged token.
-    state.backlog = True
-    state.backlog = await _claim_pending(runner, db, profile_name, in_flight, limit)
 
-
-async def _claim_pending(
-    runner: Any,
-    db: Any,
-    profile_name: str | None,
-    in_flight: dict[Any, asyncio.Task[None]],
-    limit: int | None,
-) -> bool:
-    """Claim and dispatch what the listing offers; True when rows may be left waiting."""
-    rows = await _pending_rows(db, limit)
-    backlog = limit is not None and len(rows) >= limit  # the listing may have been cut short
-    raced = False
-    for row in rows:
-        key = (profile_name, row["id"])
-        if key in in_flight:
-            # Pending again while its last delivery is still finishing (a re-request): look
-            # at it again next tick even if nothing else changes in the database.
-            backlog = True
-            continue
-        if limit is not None and len(in_flight) >= limit:
-            backlog = True  # left for another gateway, or for a slot freeing up here
-            break
-        if not await db.claim_handoff(row["id"]):
-            raced = True
-            continue  # another gateway (or a waiter's fail) got there first
-        logger.info(
-            "claimed %s for %s (%s)", row["id"], row.get("handoff_platform"), profile_name or "root"
+    def __init__(self, runner: Any, *, interval: float, drain_timeout: float) -> None:
+        self.runner = runner
+        self.interval = interval
+        self.drain_timeout = drain_timeout
+        self.limit: int | None = getattr(runner, "_handoff_max_concurrency", None)
+        self.wakeup: asyncio.Event | None = getattr(runner, "_handoff_wakeup", None)
+        process = runner._process_handoff
+        self.process: Callable[..., Any] = process
+        self.takes_profile = _accepts_profile(process)
+        self.wants_document = bool(getattr(runner, "_handoff_wants_document", False))
+        self.heartbeat: float = getattr(runner, "_handoff_heartbeat", DEFAULT_HEARTBEAT_SECONDS)
+        self.metrics: Any = getattr(runner, "_handoff_metrics", None)
+        self.holder = _turn_holder(getattr(runner, "_session_db", None))
+        self.in_flight: dict[Key, asyncio.Task[None]] = {}
+        self.turns: dict[Key, _Turn] = {}
+        self.scopes: list[Scope] = []
+        self.states: dict[str | None, _ScopeState] = {}
+        self.side_tasks: dict[str, asyncio.Task[None]] = {}
+        self.failure: BaseException | None = None
+        self.reclaimed = False
+        self.last_tick: float | None = None
+        self.idle_logged = False
+        runner_stores = getattr(runner, "_profile_stores", None)
+        self._own_stores = not isinstance(runner_stores, ProfileStores)
+        self.profile_stores: ProfileStores = (
+            runner_stores if isinstance(runner_stores, ProfileStores) else ProfileStores()
         )
-        _metric(runner, "claimed", row)  # metrics (issue 14)
-        task = asyncio.ensure_future(_deliver(runner, db, row, profile_name))
-        in_flight[key] = task
-        task.add_done_callback(functools.partial(_forget, runner, in_flight, key))
-    if raced and backlog and limit is not None and len(in_flight) < limit:
-        wakeup = getattr(runner, "_handoff_wakeup", None)
-        if wakeup is not None:
-            wakeup.set()  # lost races on a cut-short listing: list again now, not next interval
-    return backlog
 
+    # -- the run ------------------------------------------------------------------------------
 
-async def _pending_rows(db: Any, limit: int | None) -> list[Row]:
-    """The pending rows a tick may claim, oldest first: at most ``limit`` when there is one.
+    async def run(self) -> None:
+        """Reclaim, then poll every ``interval`` s until ``_running`` is false; then drain."""
+        token = _active_profile_stores.set(self.profile_stores)
+        try:
+            self.scopes = await self._resolve_scopes()
+            self.states = {profile_name: _ScopeState() for profile_name, _home in self.scopes}
+            if not _legacy_handoff_forbidden_by_writer_policy():
+                self.reclaimed = True
+                await self._reclaim_stranded()
+            self._start_side_tasks()
+            try:
+                while self.runner._running and self.failure is None:
+                    await self._tick_all()
+                    await self._pause()
+            finally:
+                await self._drain()  # leases are still renewed while draining
+                await self._stop_side_tasks()
+            if self.failure is not None:
+                raise SideTaskFailed(f"the watcher stopped: {self.failure}") from self.failure
+        finally:
+            _active_profile_stores.reset(token)
+            if self._own_stores:
+                await asyncio.to_thread(self.profile_stores.close)
 
-    A tick claims at most ``limit - len(in_flight)`` rows and skips at most ``len(in_flight)``
-    listed ones (re-requested while in flight), so ``limit`` rows are enough; listing the
-    whole backlog every tick would cost O(pending) per claim, in a worker thread that holds
-    the GIL while it builds the rows (the event loop's lag grows with the backlog). Stores
-    without ``list_handoffs`` (the founding tests' stand-ins) list everything.
-    """
-    lister = getattr(db, "list_handoffs", None)
-    if limit is None or lister is None:
-        return list(await db.list_pending_handoffs())
-    return list(await lister("pending", limit=limit))
+    async def _resolve_scopes(self) -> list[Scope]:
+        run_in_executor = getattr(self.runner, "_run_in_executor_with_context", None)
+        if run_in_executor is None:
+            return list(_handoff_watch_scopes(self.runner))
+        try:
+            return list(await run_in_executor(_handoff_watch_scopes, self.runner))
+        except Exception:
+            logger.exception(
+                "could not resolve the profiles to watch; watching the root store only"
+            )
+            return [(None, None)]
 
+    async def _tick_all(self) -> None:
+        started = time.monotonic()
+        try:
+            await self._tick_scopes()
+        finally:
+            if self.metrics is not None:
+                self.metrics.ticked(time.monotonic() - started)
 
-def _forget(
-    runner: Any, in_flight: dict[Any, asyncio.Task[None]], key: Any, _task: asyncio.Task[None]
-) -> None:
-    in_flight.pop(key, None)
-    wakeup = getattr(runner, "_handoff_wakeup", None)
-    if wakeup is not None:
-        wakeup.set()  # a slot is free: a backlog can be claimed now, not an interval later
-
-
-async def _pause(runner: Any, interval: float) -> None:
-    """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one."""
-    wakeup = getattr(runner, "_handoff_wakeup", None)
-    if wakeup is None:
-        await asyncio.sleep(interval)
-        return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(wakeup.wait(), interval)
-    wakeup.clear()
-
-
-def _start_lease_keeper(
-    runner: Any, scopes: list[Scope], in_flight: dict[Any, asyncio.Task[None]]
-) -> asyncio.Task[None] | None:
-    """Lease upkeep every third of the root store's lease, when it has one."""
-    lease = getattr(runner._session_db, "lease_seconds", None)
-    if not isinstance(lease, int | float) or isinstance(lease, bool) or lease <= 0:
-        return None
-    return asyncio.ensure_future(_keep_leases(runner, scopes, in_flight, lease / 3))
-
-
-async def _keep_leases(
-    runner: Any, scopes: list[Scope], in_flight: dict[Any, asyncio.Task[None]], period: float
-) -> None:
-    """Every ``period`` s: renew the leases of rows in flight, and fail rows whose lease
-    expired (their gateway stopped renewing: it died or hung), in every scope."""
-    while True:
-        await asyncio.sleep(period)
-        for profile_name, home in scopes:
-            held = [session_id for scope, session_id in list(in_flight) if scope == profile_name]
+    async def _tick_scopes(self) -> None:
+        if _legacy_handoff_forbidden_by_writer_policy():
+            if not self.idle_logged:
+                logger.warning(
+                    "legacy handoff is disabled by the writer policy (%s); the watcher is idle",
+                    LEGACY_HANDOFF_ENV,
+                )
+                self.idle_logged = True
+            return
+        self.idle_logged = False
+        if not self.reclaimed:
+            self.reclaimed = True
+            await self._reclaim_stranded()
+        for profile_name, home in self.scopes:
+            if home is not None and not await self._scope_is_busy(home):
+                continue
             try:
                 async with _enter_scope(home):
-                    await _upkeep(runner._session_db, held)
+                    await self._tick(profile_name, home)
             except Exception:
                 logger.warning(
-                    "lease upkeep failed in %s", profile_name or "the root store", exc_info=True
+                    "poll of %s failed; retrying next tick",
+                    profile_name or "the root store",
+                    exc_info=True,
+                )
+        self.last_tick = time.monotonic()
+
+    async def _reclaim_stranded(self) -> None:
+        """In each scope, fail the rows a previous life of this gateway left running."""
+        for profile_name, home in self.scopes:
+            try:
+                async with _enter_scope(home):
+                    reclaim = getattr(
+                        self.runner._session_db, "reclaim_stale_running_handoffs", None
+                    )
+                    if reclaim is None:
+                        continue
+                    reclaimed = await reclaim(RECLAIM_MESSAGE)
+            except Exception:
+                logger.warning(
+                    "startup reclaim failed in scope %s", profile_name or "root", exc_info=True
+                )
+                continue
+            for session_id in reclaimed or ():
+                logger.info(
+                    "reclaimed %s (%s): left running by a stopped gateway",
+                    session_id,
+                    profile_name or "root",
                 )
 
+    async def _scope_is_busy(self, home: Path) -> bool:
+        """The idle gate: skip a profile only when its store says nothing is pending. One that
+        cannot be probed (no database yet, an error) is polled inside its scope (fail open)."""
+        try:
+            return await asyncio.to_thread(self.profile_stores.has_pending, home)
+        except Exception as exc:
+            logger.debug("pending probe of profile %s failed (%s); polling it", home, exc)
+            return True
 
-async def _upkeep(db: Any, held: list[str]) -> None:
-    renew = getattr(db, "renew_handoff_leases", None)
-    if held and renew is not None:
-        renewed = set(await renew(held))
-        for session_id in sorted(set(held) - renewed):
-            logger.warning(
-                "lost the lease of %s: another gateway may have reclaimed it; "
-                "its outcome will be discarded",
-                session_id,
-            )
-    reclaim = getattr(db, "reclaim_expired_handoffs", None)
-    if reclaim is not None:
-        for session_id in await reclaim(RECLAIM_MESSAGE):
-            logger.info("reclaimed %s: its gateway's lease expired", session_id)
+    async def _pause(self) -> None:
+        """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one."""
+        if self.wakeup is None:
+            await asyncio.sleep(self.interval)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wakeup.wait(), self.interval)
+        self.wakeup.clear()
 
+    def _wake(self) -> None:
+        if self.wakeup is not None:
+            self.wakeup.set()
 
-async def _drain(in_flight: dict[Any, asyncio.Task[None]], drain_timeout: float) -> None:
-    """Stop: give in-flight deliveries ``drain_timeout`` seconds, then cancel the rest."""
-    tasks = list(in_flight.values())
-    if not tasks:
-        return
-    logger.info("waiting up to %gs for %d delivery(ies) in flight", drain_timeout, len(tasks))
-    _done, pending = await asyncio.wait(tasks, timeout=drain_timeout)
-    for task in pending:
-        task.cancel()
-    if pending:
-        logger.warning(
-            "cancelled %d delivery(ies) still running after %gs", len(pending), drain_timeout
+    # -- one tick of one scope ----------------------------------------------------------------
+
+    async def _tick(self, profile_name: str | None, home: Path | None) -> None:
+        """One poll of the current scope's store: claim what is pending and dispatch each row.
+
+        Claims no more rows than free delivery slots, leaving the rest pending for other
+        gateways. When the store offers a change token and nothing changed since a tick that
+        left no backlog, the listing is skipped (the cheap idle poll on SQLite).
+        """
+        state = self.states.setdefault(profile_name, _ScopeState())
+        db = self.runner._session_db
+        token_of = getattr(db, "handoff_change_token", None)
+        if token_of is not None:
+            token = await token_of()
+            if token is not None and token == state.change_token and not state.backlog:
+                return
+            state.change_token = token
+        # Until this tick's listing and claims succeed, assume rows are waiting: a tick that
+        # fails half way must not leave the next ticks skipping on an unchanged token.
+        state.backlog = True
+        state.backlog = await self._claim_pending(db, profile_name, home, state)
+
+    async def _claim_pending(
+        self, db: Any, profile_name: str | None, home: Path | None, state: _ScopeState
+    ) -> bool:
+        """Claim and dispatch what the listing offers; True when rows may be left waiting."""
+        rows = await self._pending_rows(db)
+        state.listed = len(rows)
+        limit = self.limit
+        backlog = limit is not None and len(rows) >= limit  # the listing may have been cut short
+        raced = False
+        for row in rows:
+            key: Key = (profile_name, row["id"])
+            if key in self.in_flight:
+                # Pending again while its last delivery is still finishing (a re-request):
+                # look at it again next tick even if nothing else changes in the database.
+                backlog = True
+                continue
+            if limit is not None and len(self.in_flight) >= limit:
+                backlog = True  # left for another gateway, or for a slot freeing up here
+                break
+            if self._turn_in_progress(row["id"]):
+                backlog = True  # a local turn of this session runs in this process: later
+                continue
+            outcome = await self._claim(db, row, key, home)
+            if outcome is None:
+                backlog = True  # its conversation's turn is taken: a later tick tries again
+            elif outcome is False:
+                raced = True  # another gateway (or a waiter's fail) got there first
+        if raced and backlog and limit is not None and len(self.in_flight) < limit:
+            self._wake()  # lost races on a cut-short listing: list again now, not next interval
+        return backlog
+
+    async def _pending_rows(self, db: Any) -> list[Row]:
+        """The pending rows a tick may claim, oldest first: at most ``limit`` when there is one.
+
+        A tick claims at most ``limit - len(in_flight)`` rows and skips at most
+        ``len(in_flight)`` listed ones (re-requested while in flight), so ``limit`` rows are
+        enough; listing the whole backlog every tick would cost O(pending) per claim. Stores
+        without ``list_handoffs`` (the founding tests' stand-ins) list everything.
+        """
+        lister = getattr(db, "list_handoffs", None)
+        if self.limit is None or lister is None:
+            return list(await db.list_pending_handoffs())
+        return list(await lister("pending", limit=self.limit))
+
+    def _turn_in_progress(self, session_id: str) -> bool:
+        """Whether the host runs a turn of this session right now (an in-process check)."""
+        is_running = getattr(self.runner, "_is_session_running", None)
+        sessions = getattr(self.runner, "session_store", None)
+        if is_running is None or sessions is None:
+            return False
+        try:
+            entry = sessions.lookup_by_session_id(session_id)
+            return entry is not None and bool(is_running(entry.session_key))
+        except Exception:
+            logger.debug("could not tell whether %s has a turn running", session_id, exc_info=True)
+            return False
+
+    async def _claim(self, db: Any, row: Row, key: Key, home: Path | None) -> bool | None:
+        """Reserve the source, take the turn lease, claim, dispatch. True: dispatched; False:
+        lost the claim; None: the conversation's turn is held elsewhere. Whatever this took is
+        given back on every path that does not end in a running delivery."""
+        session_id = row["id"]
+        claimed = _Claimed(key, home)
+        reserve = getattr(self.runner, "_reserve_handoff_source", None)
+        if reserve is not None:
+            claimed.reservation = await _maybe_await(reserve(session_id))
+        try:
+            acquire = getattr(db, "try_acquire_session_turn_lease", None)
+            if acquire is not None:
+                holder = _holder_for(self.holder, session_id)
+                if not await acquire(session_id, holder, ttl_seconds=TURN_LEASE_SECONDS):
+                    logger.debug("%s: its conversation's turn is taken; later", session_id)
+                    await self._give_back(db, claimed)
+                    return None
+                claimed.turn = True
+                self.turns[key] = _Turn(home, session_id)
+            won = bool(await db.claim_handoff(session_id))
+        except BaseException:
+            await self._give_back(db, claimed)
+            raise
+        if not won:
+            await self._give_back(db, claimed)
+            return False
+        logger.info(
+            "claimed %s for %s (%s)", session_id, row.get("handoff_platform"), key[0] or "root"
         )
-        await asyncio.gather(*pending, return_exceptions=True)
+        if self.metrics is not None:
+            self.metrics.claimed(row)
+        await self._dispatch(db, row, claimed)
+        return True
+
+    async def _dispatch(self, db: Any, row: Row, claimed: _Claimed) -> None:
+        """Start the delivery task; a row that cannot be started is failed, not left running."""
+        session_id = row["id"]
+        delivery: Coroutine[Any, Any, None] | None = None
+        try:
+            document = await self._document(db, row) if self.wants_document else row
+            delivery = self._deliver(db, document, claimed)
+            task = asyncio.ensure_future(delivery)
+        except Exception as exc:
+            if delivery is not None:
+                delivery.close()
+            logger.exception("could not start the delivery of %s; failing it", session_id)
+            error = f"the gateway could not start the delivery: {exc}"
+            await _record_outcome(db.fail_handoff(session_id, error), session_id, "failure")
+            await self._give_back(db, claimed)
+            return
+        self.in_flight[claimed.key] = task
+        task.add_done_callback(functools.partial(self._forget, claimed.key))
+
+    async def _document(self, db: Any, row: Row) -> dict[str, Any]:
+        """The row as claimed (state running, owner, attempt, lease) and its transcript."""
+        session_id = row["id"]
+        get_session = getattr(db, "get_session", None)
+        claimed = await get_session(session_id) if get_session is not None else None
+        document = dict(claimed if claimed is not None else row)
+        get_messages = getattr(db, "get_messages", None)
+        document["messages"] = list(await get_messages(session_id)) if get_messages else []
+        return document
+
+    def _forget(self, key: Key, _task: asyncio.Task[None]) -> None:
+        self.in_flight.pop(key, None)
+        self._wake()  # a slot is free: a backlog can be claimed now, not an interval later
+
+    async def _give_back(self, db: Any, claimed: _Claimed) -> None:
+        """Release the turn lease and the source reservation; never raises."""
+        if claimed.turn:
+            claimed.turn = False
+            self.turns.pop(claimed.key, None)
+            release = getattr(db, "release_session_turn_lease", None)
+            if release is not None:
+                try:
+                    await release(claimed.key[1], _holder_for(self.holder, claimed.key[1]))
+                except Exception:
+                    logger.warning(
+                        "could not release the turn lease of %s; it expires by itself",
+                        claimed.key[1],
+                        exc_info=True,
+                    )
+        if claimed.reservation is not None:
+            value, claimed.reservation = claimed.reservation, None
+            try:
+                await _maybe_await(self.runner._release_handoff_source_reservation(value))
+            except Exception:
+                logger.warning(
+                    "could not release the source reservation of %s", claimed.key[1], exc_info=True
+                )
+
+    async def _deliver(self, db: Any, row: Row, claimed: _Claimed) -> None:
+        """One dispatch: run the handler, then complete the row or fail it with the error.
+
+        A cancelled delivery leaves the row ``running``: whether it arrived is unknown, so the
+        next start's reclaim fails it with the retry hint instead of risking a double delivery.
+        The turn lease and the source reservation are given back on every path.
+        """
+        try:
+            await self._handle(db, row, claimed)
+        finally:
+            await self._give_back(db, claimed)
+
+    async def _handle(self, db: Any, row: Row, claimed: _Claimed) -> None:
+        started = time.monotonic()
+        outcome = "cancelled"  # unless _outcome returns
+        try:
+            outcome = await self._outcome(db, row, claimed)
+        finally:
+            if self.metrics is not None:
+                self.metrics.delivered(outcome, time.monotonic() - started)
+
+    async def _outcome(self, db: Any, row: Row, claimed: _Claimed) -> str:
+        """Run the handler and record its result; says how the delivery ended (the metrics'
+        outcome label): completed, failed, discarded (the claim was lost) or cancelled."""
+        session_id = row["id"]
+        try:
+            if self.takes_profile:
+                await self.process(row, claimed.key[0])
+            else:
+                await self.process(row)
+        except asyncio.CancelledError:
+            logger.warning("delivery of %s cancelled; it stays running until reclaimed", session_id)
+            raise
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+            logger.info("handoff %s failed: %s", session_id, error)
+            failure = db.fail_handoff(session_id, error)
+            return (
+                "failed" if await _record_outcome(failure, session_id, "failure") else "discarded"
+            )
+        if await _record_outcome(db.complete_handoff(session_id), session_id, "completion"):
+            logger.info("handoff %s completed", session_id)
+            return "completed"
+        return "discarded"
+
+    async def _drain(self) -> None:
+        """Stop: give in-flight deliveries ``drain_timeout`` seconds, then cancel the rest."""
+        tasks = list(self.in_flight.values())
+        if not tasks:
+            return
+        logger.info(
+            "waiting up to %gs for %d delivery(ies) in flight", self.drain_timeout, len(tasks)
+        )
+        _done, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            logger.warning(
+                "cancelled %d delivery(ies) still running after %gs",
+                len(pending),
+                self.drain_timeout,
+            )
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- side tasks ---------------------------------------------------------------------------
+
+    def _start_side_tasks(self) -> None:
+        side: dict[str, SideTask] = {
+            "turn-lease-keeper": self._keep_turns,
+            "heartbeat": self._beat,
+        }
+        lease = getattr(self.runner._session_db, "lease_seconds", None)
+        if isinstance(lease, int | float) and not isinstance(lease, bool) and lease > 0:
+            side["handoff-lease-keeper"] = functools.partial(self._keep_leases, lease / 3)
+        side.update(getattr(self.runner, "_handoff_side_tasks", None) or {})
+        for name, factory in side.items():
+            self.side_tasks[name] = asyncio.get_running_loop().create_task(
+                self._supervise(name, factory), name=f"hermes-watcher:{name}"
+            )
+
+    async def _stop_side_tasks(self) -> None:
+        tasks = list(self.side_tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.side_tasks.clear()
+
+    async def _supervise(self, name: str, factory: SideTask) -> None:
+        """Run a side task; restart it when it crashes, and stop the watcher loudly when it
+        crashes more than :data:`MAX_RESTARTS` times within :data:`RESTART_WINDOW` seconds."""
+        crashes: list[float] = []
+        while True:
+            try:
+                await factory()
+                return  # finished its work: nothing to supervise
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                now = time.monotonic()
+                crashes = [at for at in crashes if now - at < RESTART_WINDOW] + [now]
+                if len(crashes) > MAX_RESTARTS:
+                    logger.critical(
+                        "side task %s crashed %d times within %gs; stopping the watcher",
+                        name,
+                        len(crashes),
+                        RESTART_WINDOW,
+                        exc_info=True,
+                    )
+                    self.failure = RuntimeError(f"side task {name} keeps crashing: {exc!r}")
+                    self._wake()
+                    return
+                logger.error("side task %s crashed; restarting it", name, exc_info=True)
+                await _nap(RESTART_DELAY)
+
+    async def _keep_leases(self, period: float) -> None:
+        """Every ``period`` s: renew the leases of rows in flight, and fail rows whose lease
+        expired (their gateway stopped renewing: it died or hung), in every scope."""
+        while True:
+            await _nap(period)
+            for profile_name, home in self.scopes:
+                held = [sid for scope, sid in list(self.in_flight) if scope == profile_name]
+                try:
+                    async with _enter_scope(home):
+                        await self._upkeep(self.runner._session_db, held)
+                except Exception:
+                    logger.warning(
+                        "lease upkeep failed in %s", profile_name or "the root store", exc_info=True
+                    )
+
+    async def _upkeep(self, db: Any, held: list[str]) -> None:
+        renew = getattr(db, "renew_handoff_leases", None)
+        if held and renew is not None:
+            renewed = set(await renew(held))
+            for session_id in sorted(set(held) - renewed):
+                logger.warning(
+                    "lost the lease of %s: another gateway may have reclaimed it; "
+                    "its outcome will be discarded",
+                    session_id,
+                )
+        reclaim = getattr(db, "reclaim_expired_handoffs", None)
+        if reclaim is not None:
+            for session_id in await reclaim(RECLAIM_MESSAGE):
+                logger.info("reclaimed %s: its gateway's lease expired", session_id)
+
+    async def _keep_turns(self) -> None:
+        """Refresh the turn leases of deliveries in flight, a third of their life apart."""
+        while True:
+            await _nap(TURN_LEASE_SECONDS / 3)
+            for key, turn in list(self.turns.items()):
+                try:
+                    async with _enter_scope(turn.home):
+                        refresh = getattr(
+                            self.runner._session_db, "refresh_session_turn_lease", None
+                        )
+                        if refresh is None:
+                            continue
+                        kept = await refresh(
+                            turn.session_id,
+                            _holder_for(self.holder, turn.session_id),
+                            ttl_seconds=TURN_LEASE_SECONDS,
+                        )
+                except Exception:
+                    logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)
+                    continue
+                if kept is False and key in self.turns:
+                    logger.warning(
+                        "lost the turn lease of %s while delivering it: a local turn may start",
+                        key[1],
+                    )
+
+    async def _beat(self) -> None:
+        """At INFO, every ``heartbeat`` s: scopes, pending rows, deliveries in flight, last tick."""
+        while True:
+            await _nap(self.heartbeat)
+            logger.info("%s", self.describe())
+
+    def describe(self) -> str:
+        ago = "never" if self.last_tick is None else f"{time.monotonic() - self.last_tick:.1f}s ago"
+        pending = sum(state.listed for state in self.states.values())
+        return (
+            f"watcher alive: {len(self.scopes)} scope(s), {pending} pending at last look, "
+            f"{len(self.in_flight)} in flight, last tick {ago}"
+        )
 
 
 class GatewayRunner:
@@ -460,6 +865,8 @@ class GatewayRunner:
     ``GatewayRunner(store, handler)`` takes a store (``SessionDB``, ``AsyncSessionDB``,
     ``NativeAsyncSessionDB``), a path or a URL. ``await runner.run()`` serves until SIGINT or
     SIGTERM (or :meth:`stop`), then stops polling, drains in-flight deliveries and returns.
+    The handler gets the row as claimed, with its transcript under ``"messages"``, and the
+    profile name. The runner owns the profile stores it opens; :meth:`close` closes them.
     """
 
     def __init__(
@@ -471,12 +878,15 @@ class GatewayRunner:
         interval: float = 2.0,
         drain_timeout: float = 30.0,
         max_concurrency: int | None = DEFAULT_MAX_CONCURRENCY,
+        heartbeat: float = DEFAULT_HEARTBEAT_SECONDS,
         metrics: Any = None,
     ) -> None:
         if handler is None:
             raise TypeError("GatewayRunner needs a handler: handler(row, profile_name)")
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
+        if not interval > 0:
+            raise ValueError(f"interval must be a number of seconds > 0, not {interval!r}")
         self._root_db = _as_awaitable_store(store)
         self._handler = handler
         self.config = GatewayConfig(tuple((name, Path(home)) for name, home in profiles))
@@ -484,8 +894,13 @@ class GatewayRunner:
         self.drain_timeout = drain_timeout
         self._handoff_max_concurrency = max_concurrency
         self._handoff_wakeup = asyncio.Event()
+        self._handoff_heartbeat = heartbeat
+        self._handoff_wants_document = True
+        #: A hermes_state.metrics.WatcherMetrics (``watch --metrics-port``), or None.
+        self._handoff_metrics = metrics
+        self._handoff_side_tasks: dict[str, SideTask] = {}
+        self._profile_stores = ProfileStores()
         self._running: Any = False
-        self._metrics = metrics  # metrics (issue 14): a hermes_state.metrics.WatcherMetrics
 
     @property
     def _session_db(self) -> Any:
@@ -494,6 +909,11 @@ class GatewayRunner:
         return scoped if scoped is not None else self._root_db
 
     async def _process_handoff(self, row: Row, profile_name: str | None = None) -> None:
+        if _legacy_handoff_forbidden_by_writer_policy():
+            raise RuntimeError(
+                f"legacy handoff is disabled by the writer policy ({LEGACY_HANDOFF_ENV}); "
+                "the handoff was not delivered"
+            )
         result = self._handler(row, profile_name)
         if inspect.isawaitable(result):
             await result
@@ -504,34 +924,7 @@ class GatewayRunner:
 
     async def _handoff_watcher(self, interval: float = 2.0, drain_timeout: float = 30.0) -> None:
         """Reclaim stranded rows, then poll every ``interval`` s until ``_running`` is false."""
-        scopes = await _resolve_scopes(self)
-        await _reclaim_stranded(self, scopes)
-        in_flight: dict[Any, asyncio.Task[None]] = {}
-        states = {profile_name: _ScopeState() for profile_name, _home in scopes}
-        limit = getattr(self, "_handoff_max_concurrency", None)
-        keeper = _start_lease_keeper(self, scopes, in_flight)
-        try:
-            while self._running:
-                tick_started = time.monotonic()  # metrics (issue 14)
-                for profile_name, home in scopes:
-                    if home is not None and not await _scope_is_busy(home):
-                        continue
-                    try:
-                        async with _enter_scope(home):
-                            await _tick(self, profile_name, in_flight, states[profile_name], limit)
-                    except Exception:
-                        logger.warning(
-                            "poll of %s failed; retrying next tick",
-                            profile_name or "the root store",
-                            exc_info=True,
-                        )
-                _metric(self, "ticked", time.monotonic() - tick_started)  # metrics (issue 14)
-                await _pause(self, interval)
-        finally:
-            await _drain(in_flight, drain_timeout)  # leases are still renewed while draining
-            if keeper is not None:
-                keeper.cancel()
-                await asyncio.gather(keeper, return_exceptions=True)
+        await HandoffWatch(self, interval=interval, drain_timeout=drain_timeout).run()
 
     def stop(self) -> None:
         """Stop polling; ``run`` then drains in-flight deliveries and returns."""
@@ -559,7 +952,8 @@ class GatewayRunner:
 
     def _start_wakeups(self, loop: asyncio.AbstractEventLoop) -> Callable[[], Awaitable[None]]:
         """Wake the watcher early on new requests: from this process always, and through
-        LISTEN/NOTIFY when the root store is PostgreSQL. Returns the function that stops them."""
+        LISTEN/NOTIFY when the root store is PostgreSQL (a supervised side task of the watch).
+        Returns the function that stops them."""
         url = getattr(self._root_db, "url", None)
         if not isinstance(url, URL):
             return _nothing_to_stop
@@ -569,15 +963,13 @@ class GatewayRunner:
             loop.call_soon_threadsafe(wakeup.set)
 
         unsubscribe = notify.subscribe(notify.database_key(url), wake_from_any_thread)
-        listener = None
         if url.get_backend_name() == "postgresql":
-            listener = asyncio.ensure_future(notify.PostgresListener(url, wakeup.set).run())
+            listener = notify.PostgresListener(url, wakeup.set)
+            self._handoff_side_tasks["postgres-listen"] = listener.run
 
         async def stop() -> None:
             unsubscribe()
-            if listener is not None:
-                listener.cancel()
-                await asyncio.gather(listener, return_exceptions=True)
+            self._handoff_side_tasks.pop("postgres-listen", None)
 
         return stop
 
@@ -595,7 +987,8 @@ class GatewayRunner:
             await self.close()
 
     async def close(self) -> None:
-        """Close the root store, when it can be closed."""
+        """Close the profile stores this runner opened, and the root store when it can be."""
+        await asyncio.to_thread(self._profile_stores.close)
         close: Callable[[], Awaitable[Any]] | None = getattr(self._root_db, "close", None)
         if close is not None:
             await close()

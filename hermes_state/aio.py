@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .engine import READ_ONLY, is_sqlite, make_async_engine
 from .errors import raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
-from .repository import Body, Plan, Row
+from .repository import Body, Plan, Row, lease_patience
 from .schema import bring_current, current_revision, ensure_current
 from .statements import Capabilities, ReclaimScope
 from .store import Clock, StoreSettings
@@ -213,6 +213,36 @@ class NativeAsyncSessionDB(StoreSettings):
 
     async def preview_reclaim(self, scope: str = "stale") -> list[Row]:
         return await self._run(self._plans.preview_reclaim(scope))
+
+    # -- session turn leases -------------------------------------------------------------------
+
+    async def try_acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        patience_s: float | None = None,
+    ) -> bool:
+        plans = self._plans
+        if await self._run(plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)):
+            return True
+        for delay in lease_patience(patience_s):
+            await asyncio.sleep(delay)
+            plan = plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)
+            if await self._run(plan):
+                return True
+        return False
+
+    async def refresh_session_turn_lease(
+        self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
+    ) -> bool:
+        return await self._run(
+            self._plans.refresh_session_turn_lease(session_id, holder, ttl_seconds)
+        )
+
+    async def release_session_turn_lease(self, session_id: str, holder: str) -> None:
+        await self._run(self._plans.release_session_turn_lease(session_id, holder))
 
     # -- the audit trail -----------------------------------------------------------------------
 

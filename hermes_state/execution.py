@@ -269,6 +269,10 @@ class SqliteThreadRunner(PooledRunner):
             weakref.finalize(threading.current_thread(), holder.close)
         return holder.dbapi
 
+    def thread_connection(self) -> sqlite3.Connection:
+        """The calling thread's DBAPI connection, opened on first use."""
+        return self._connection()
+
     def _drop_connection(self) -> None:
         holder: _ThreadConnection | None = getattr(self._local, "holder", None)
         if holder is not None:

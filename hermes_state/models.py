@@ -30,9 +30,11 @@ __all__ = [
     "HandoffState",
     "Message",
     "Session",
+    "SessionTurnLease",
     "handoff_events",
     "messages",
     "metadata",
+    "session_turn_leases",
     "sessions",
 ]
 
@@ -85,9 +87,10 @@ class Session(Base):
         # Polling cost must follow the number of pending rows, not of sessions. SQLite and
         # PostgreSQL get partial indexes with an equality predicate (SQLite ignores a partial
         # index whose WHERE is an IN list when the query says "= 'pending'"); MySQL/MariaDB have
-        # no partial indexes and use the same columns as a plain composite index.
+        # no partial indexes and use the same columns as a plain composite index. The name is
+        # upstream's, so a file upstream already indexed keeps one index, not two.
         Index(
-            "ix_sessions_handoff_pending",
+            "idx_sessions_handoff_pending",
             "handoff_state",
             "started_at",
             sqlite_where=text("handoff_state = 'pending'"),
@@ -220,7 +223,25 @@ class HandoffEvent(Base):
     detail: Mapped[str | None] = mapped_column(Text)
 
 
+class SessionTurnLease(Base):
+    """The durable turn lease of one conversation: at most one holder (a local turn, or a
+    gateway delivering a handoff) works on it at a time, across processes.
+
+    Shaped like upstream's table of the same name, so an adopted file keeps its rows. The key
+    is the conversation: the lineage root of a session that compression split into segments.
+    """
+
+    __tablename__ = "session_turn_leases"
+    __table_args__ = (_MYSQL_TABLE_OPTIONS,)
+
+    conversation_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(ID_LENGTH))
+    acquired_at: Mapped[float] = mapped_column(Double)
+    expires_at: Mapped[float] = mapped_column(Double)
+
+
 metadata = Base.metadata
 sessions: Table = metadata.tables["sessions"]
 messages: Table = metadata.tables["messages"]
 handoff_events: Table = metadata.tables["handoff_events"]
+session_turn_leases: Table = metadata.tables["session_turn_leases"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from collections.abc import Callable, Generator, Mapping
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -45,6 +46,7 @@ from .validation import (
 
 __all__ = [
     "MAX_BATCH",
+    "MIN_TURN_LEASE_SECONDS",
     "STATS_FAILURE_WINDOW",
     "STATS_TOP_ERRORS",
     "STRANDED_ERROR",
@@ -55,6 +57,7 @@ __all__ = [
     "Repository",
     "Step",
     "UnknownSessionError",
+    "lease_patience",
 ]
 
 T = TypeVar("T")
@@ -73,6 +76,25 @@ STRANDED_ERROR = (
     "The gateway stopped while delivering this handoff, so it may or may not have arrived. "
     "Run /handoff again to retry."
 )
+
+
+#: A turn lease lasts at least this long, whatever ``ttl_seconds`` asks (as upstream).
+MIN_TURN_LEASE_SECONDS = 0.1
+#: How far a lineage walk goes up before it stops: compression chains are short; a longer one
+#: (or a cycle written by hand) keys the lease on the highest segment reached.
+MAX_LINEAGE_DEPTH = 100
+#: Between two attempts of ``try_acquire_session_turn_lease(..., patience_s=...)``.
+LEASE_RETRY_SECONDS = 0.05
+
+
+def lease_patience(patience_s: float | None) -> Iterator[float]:
+    """The pauses between attempts to take a held turn lease: none without patience, else
+    every :data:`LEASE_RETRY_SECONDS` until ``patience_s`` seconds have passed."""
+    if not patience_s:
+        return
+    deadline = time.monotonic() + require_seconds("patience_s", patience_s)
+    while (remaining := deadline - time.monotonic()) > 0:
+        yield min(LEASE_RETRY_SECONDS, remaining)
 
 
 class UnknownSessionError(HermesStateError, LookupError):
@@ -445,6 +467,42 @@ def _reclaim_reason(row: Row, now: float, owner: str | None) -> str:
     return "running (reclaimed by --all)"
 
 
+def _conversation(session_id: str) -> Body[str]:
+    """The lease key of ``session_id``: the root of its compression lineage (upstream's key)."""
+    current, seen = session_id, {session_id}
+    for _ in range(MAX_LINEAGE_DEPTH):
+        parent = yield Step(statements.lineage_parent(), {"session_id": current})
+        if not parent.rows or parent.rows[0]["id"] in seen:
+            break
+        current = parent.rows[0]["id"]
+        seen.add(current)
+    return current
+
+
+def _acquire_turn(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
+    key = {"conversation": (yield from _conversation(params["session_id"]))}
+    yield Step(statements.expire_turn_lease(), {**key, "now": params["now"]})
+    yield Step(statements.insert_turn_lease(caps.name), {**params, **key})
+    holder = yield Step(statements.turn_lease_holder(), key)
+    return bool(holder.rows) and holder.rows[0]["holder"] == params["lease_holder"]
+
+
+def _refresh_turn(_caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
+    key = {"conversation": (yield from _conversation(params["session_id"]))}
+    refreshed = yield Step(statements.refresh_turn_lease(), {**params, **key})
+    return refreshed.rowcount > 0
+
+
+def _release_turn(_caps: Capabilities, params: Mapping[str, Any]) -> Body[None]:
+    key = {"conversation": (yield from _conversation(params["session_id"]))}
+    yield Step(statements.release_turn_lease(), {**params, **key})
+
+
+def _constant(_caps: Capabilities, value: T) -> Body[T]:
+    yield from ()  # nothing to ask the database
+    return value
+
+
 def _owner_stats(row: Row) -> Row:
     running, live, expired = (int(row[k]) for k in ("running", "live_leases", "expired_leases"))
     return {
@@ -707,6 +765,51 @@ class Repository:
             raise InvalidInputError(f"older_than_seconds must not be negative, not {age:g}")
         params = {"before": self.clock() - age}
         return Plan(_changed, statements.prune_events(), params, writes=True)
+
+    # session turn leases
+
+    def _turn_params(
+        self, session_id: object, holder: object, ttl_seconds: object = None
+    ) -> dict[str, Any] | None:
+        """Validated parameters; None for an empty id or holder (upstream answers "no")."""
+        if session_id == "" or holder == "":
+            return None
+        params: dict[str, Any] = {
+            "session_id": require_identifier("session_id", session_id),
+            "lease_holder": require_identifier("holder", holder),
+            "now": self.clock(),
+        }
+        if ttl_seconds is not None:
+            ttl = max(MIN_TURN_LEASE_SECONDS, require_seconds("ttl_seconds", ttl_seconds))
+            params["lease_until"] = params["now"] + ttl
+        return params
+
+    def try_acquire_session_turn_lease(
+        self, session_id: object, holder: object, ttl_seconds: object
+    ) -> Plan[bool]:
+        """Take the conversation's turn lease (an expired one is taken over); True when
+        ``holder`` holds it afterwards, also when it already did."""
+        params = self._turn_params(session_id, holder, ttl_seconds)
+        if params is None:
+            return Plan(_constant, False, writes=False)
+        # Several statements (the lineage walk, then the lease): one transaction.
+        return Plan(_acquire_turn, params, writes=True, single_statement=False)
+
+    def refresh_session_turn_lease(
+        self, session_id: object, holder: object, ttl_seconds: object
+    ) -> Plan[bool]:
+        """Extend the lease while ``holder`` holds it; False once another took it over."""
+        params = self._turn_params(session_id, holder, ttl_seconds)
+        if params is None:
+            return Plan(_constant, False, writes=False)
+        return Plan(_refresh_turn, params, writes=True, single_statement=False)
+
+    def release_session_turn_lease(self, session_id: object, holder: object) -> Plan[None]:
+        """Give the lease up if ``holder`` holds it; otherwise change nothing."""
+        params = self._turn_params(session_id, holder)
+        if params is None:
+            return Plan(_constant, None, writes=False)
+        return Plan(_release_turn, params, writes=True, single_statement=False)
 
     # reads
 

@@ -41,7 +41,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.util import ClauseAdapter
 
-from .models import REQUESTABLE_STATES, HandoffState, handoff_events, messages, sessions
+from .models import (
+    REQUESTABLE_STATES,
+    HandoffState,
+    handoff_events,
+    messages,
+    session_turn_leases,
+    sessions,
+)
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -64,6 +71,7 @@ __all__ = [
     "count_appended_message",
     "count_failures_since",
     "count_handoffs_by_state",
+    "expire_turn_lease",
     "fail_handoff",
     "finish_claims",
     "get_handoff_state",
@@ -73,7 +81,9 @@ __all__ = [
     "handoff_history",
     "has_pending_handoffs",
     "insert_session",
+    "insert_turn_lease",
     "last_handoff_event_id",
+    "lineage_parent",
     "list_handoffs",
     "notify_handoff_requested",
     "oldest_pending_requested_at",
@@ -82,11 +92,14 @@ __all__ = [
     "recent_failures",
     "reclaim_handoffs",
     "reclaimable",
+    "refresh_turn_lease",
+    "release_turn_lease",
     "renew_lease",
     "renew_leases",
     "request_handoff",
     "running_by_owner",
     "state_is",
+    "turn_lease_holder",
 ]
 
 #: Optional columns a caller may set through ``create_session(..., **fields)``.
@@ -868,3 +881,97 @@ def oldest_pending_requested_at() -> Select[tuple[float | None]]:
     # Older writers leave handoff_requested_at NULL: their session's start stands in.
     requested = func.coalesce(_c.handoff_requested_at, _c.started_at)
     return select(func.min(requested).label("requested_at")).where(state_is(HandoffState.PENDING))
+
+
+# -- session turn leases -----------------------------------------------------------------------
+
+_t = session_turn_leases.c
+_COMPRESSION = "compression"
+
+
+@functools.cache
+def lineage_parent() -> Select[tuple[str]]:
+    """The parent of ``:session_id`` when that parent ended by compression: the session is a
+    later segment of the same conversation, whose turn lease is keyed by the lineage root."""
+    child = sessions.alias("child")
+    parent = sessions.alias("parent")
+    return (
+        select(parent.c.id)
+        .select_from(child.join(parent, parent.c.id == child.c.parent_session_id))
+        .where(
+            child.c.id == bindparam("session_id"),
+            parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
+        )
+    )
+
+
+@functools.cache
+def expire_turn_lease() -> Delete:
+    """Drop the conversation's lease when it expired by ``:now`` (whoever held it)."""
+    return session_turn_leases.delete().where(
+        _t.conversation_id == bindparam("conversation"), _t.expires_at <= bindparam("now")
+    )
+
+
+@functools.cache
+def insert_turn_lease(dialect_name: str) -> Insert:
+    """Take the conversation's lease for ``:lease_holder`` unless someone holds it."""
+    values = {
+        "conversation_id": bindparam("conversation", type_=String()),
+        "holder": bindparam("lease_holder", type_=String()),
+        "acquired_at": bindparam("now", type_=Double()),
+        "expires_at": bindparam("lease_until", type_=Double()),
+    }
+    if dialect_name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        return (
+            sqlite.insert(session_turn_leases)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=["conversation_id"])
+        )
+    if dialect_name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return (
+            postgresql.insert(session_turn_leases)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=["conversation_id"])
+        )
+    if dialect_name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
+        stmt = mysql.insert(session_turn_leases).values(values)
+        return stmt.on_duplicate_key_update(conversation_id=stmt.inserted.conversation_id)
+    raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
+
+
+@functools.cache
+def turn_lease_holder() -> Select[tuple[str]]:
+    """Who holds the conversation's lease now, read with a lock: on MariaDB a plain read would
+    answer from the transaction's snapshot, older than a rival's committed insert."""
+    return (
+        select(_t.holder).where(_t.conversation_id == bindparam("conversation")).with_for_update()
+    )
+
+
+@functools.cache
+def refresh_turn_lease() -> Update:
+    """Move the expiry of a lease ``:lease_holder`` still holds (expired but not taken over
+    counts: nobody else holds it yet)."""
+    return (
+        session_turn_leases.update()
+        .where(
+            _t.conversation_id == bindparam("conversation"),
+            _t.holder == bindparam("lease_holder"),
+        )
+        .values(expires_at=bindparam("lease_until"))
+    )
+
+
+@functools.cache
+def release_turn_lease() -> Delete:
+    """Drop the lease if ``:lease_holder`` holds it; a release by anyone else deletes nothing."""
+    return session_turn_leases.delete().where(
+        _t.conversation_id == bindparam("conversation"), _t.holder == bindparam("lease_holder")
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, resolve_url
 from .errors import DatabaseUnavailableError, InvalidInputError, ReadOnlyDatabaseError
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
-from .repository import Ownership, Plan, Repository, Row
+from .repository import Ownership, Plan, Repository, Row, lease_patience
 from .schema import ensure_current
 from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
@@ -144,6 +145,18 @@ class SessionDB(StoreSettings):
         """Close every connection the store holds; the store cannot be used afterwards."""
         self._runner.close()
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """SQLite: the calling thread's own DBAPI connection (upstream code reaches for it).
+
+        Statements sent on it run outside the store's transactions; prefer
+        :meth:`_execute_write` for writes. Server databases have no such connection.
+        """
+        runner = self._runner
+        if not isinstance(runner, SqliteThreadRunner):
+            raise AttributeError(f"{self.where} is not SQLite: it has no _conn; use _execute_write")
+        return runner.thread_connection()
+
     def _run(self, plan: Plan[T]) -> T:
         if plan.writes and self.read_only:
             raise self._refuse_write()
@@ -256,6 +269,44 @@ class SessionDB(StoreSettings):
     def preview_reclaim(self, scope: str = "stale") -> list[Row]:
         """What a reclaim in ``scope`` ("stale", "expired", "all") would fail, and why."""
         return self._run(self._plans.preview_reclaim(scope))
+
+    # -- session turn leases -------------------------------------------------------------------
+
+    def try_acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        patience_s: float | None = None,
+    ) -> bool:
+        """Take the conversation's turn lease for ``holder`` for ``ttl_seconds``.
+
+        Atomic across processes: of concurrent takers exactly one gets True. An expired lease
+        is taken over; a lease ``holder`` already holds answers True. With ``patience_s``,
+        a held lease is asked for again until that many seconds have passed. The key is the
+        conversation (the lineage root of a compressed session), as upstream keys it.
+        """
+        plan = self._plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)
+        if self._run(plan):
+            return True
+        for delay in lease_patience(patience_s):
+            time.sleep(delay)
+            if self._run(
+                self._plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)
+            ):
+                return True
+        return False
+
+    def refresh_session_turn_lease(
+        self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
+    ) -> bool:
+        """Extend ``holder``'s lease to ``ttl_seconds`` from now; False when it lost it."""
+        return self._run(self._plans.refresh_session_turn_lease(session_id, holder, ttl_seconds))
+
+    def release_session_turn_lease(self, session_id: str, holder: str) -> None:
+        """Give up ``holder``'s lease; a release by anyone else changes nothing."""
+        self._run(self._plans.release_session_turn_lease(session_id, holder))
 
     # -- the audit trail -----------------------------------------------------------------------
 

@@ -147,7 +147,7 @@ def empty_tables(database: URL | Engine) -> None:
     )
     try:
         with engine.begin() as connection:
-            for table in ("messages", "handoff_events", "sessions"):
+            for table in ("messages", "handoff_events", "session_turn_leases", "sessions"):
                 connection.execute(text(f"DELETE FROM {table}"))
     finally:
         if engine is not database:

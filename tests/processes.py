@@ -40,6 +40,7 @@ __all__ = [
     "eventually",
     "group_is_gone",
     "kill_group",
+    "process_is_gone",
     "read_pid",
     "run_cli",
     "wait_until",
@@ -254,6 +255,22 @@ def group_is_gone(pgid: int) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def process_is_gone(pid: int) -> bool:
+    """True once ``pid`` has exited: no such process, or a zombie nobody reaped yet (an orphan
+    whose new parent does not reap it has still stopped running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def read_pid(pid_file: Path) -> int | None:

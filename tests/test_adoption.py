@@ -259,7 +259,7 @@ def test_check_reports_a_dropped_index_on_an_adopted_file(
     adopt_by_opening(legacy.path)
     connection = sqlite3.connect(legacy.path)
     try:
-        connection.execute("DROP INDEX ix_sessions_handoff_pending")
+        connection.execute("DROP INDEX idx_sessions_handoff_pending")
         connection.commit()
     finally:
         connection.close()
@@ -267,13 +267,13 @@ def test_check_reports_a_dropped_index_on_an_adopted_file(
 
     assert main(["--url", str(legacy.path), "db", "check"]) == 1
     out = capsys.readouterr().out
-    assert "ix_sessions_handoff_pending" in out
+    assert "idx_sessions_handoff_pending" in out
 
     assert main(["--url", str(legacy.path), "db", "check", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["in_sync"] is False
     assert any(
-        d["kind"] == "add index" and "ix_sessions_handoff_pending" in d["detail"]
+        d["kind"] == "add index" and "idx_sessions_handoff_pending" in d["detail"]
         for d in report["differences"]
     )
     # Legacy extras are never reported: no unknown column, table or index shows up.

@@ -11,6 +11,7 @@ an upgrade, run by hand on an empty database, gives what the models describe.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import os
 import pty
@@ -100,10 +101,15 @@ def test_downgrade_lists_what_it_drops_and_refuses_without_consent(
     assert preview["done"] is False
     assert database_digest(populated) == before
 
-    one_step = cli("--url", url, "db", "downgrade", "0002_handoff_leases", "--dry-run", "--json")
-    assert [(d["table"], d["column"]) for d in one_step.json()["drops"]] == [
-        ("handoff_events", None)
+    to_0002 = cli("--url", url, "db", "downgrade", "0002_handoff_leases", "--dry-run", "--json")
+    upstream = importlib.import_module("hermes_state.migrations.versions.0004_upstream_columns")
+    columns_0004 = [
+        (table, column.name) for table, columns in upstream.TABLES for column in columns()
     ]
+    # 0005's lease table, the columns 0004 added, 0003's audit trail: each exactly once.
+    drops = [(d["table"], d["column"]) for d in to_0002.json()["drops"]]
+    expected = [("session_turn_leases", None), *columns_0004, ("handoff_events", None)]
+    assert sorted(drops, key=str) == sorted(expected, key=str)
 
     done = cli("--url", url, "db", "downgrade", "base", "--yes")
     assert done.code == 0, done.err

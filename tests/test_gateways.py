@@ -389,8 +389,10 @@ def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
         with caplog.at_level(logging.INFO, logger="gateway.run"):
             for session_id, handler in (("zombie-delivered", delivers), ("zombie-raised", raises)):
                 runner = types.SimpleNamespace(_process_handoff=handler)
+                watch = run.HandoffWatch(runner, interval=1.0, drain_timeout=1.0)
                 row = {"id": session_id, "handoff_platform": "telegram"}
-                run_coroutine(run._deliver(runner, store, row, None))
+                claimed = run._Claimed((None, session_id), None)
+                run_coroutine(watch._deliver(store, row, claimed))
         discarded = [r.getMessage() for r in caplog.records if "discarded" in r.getMessage()]
         assert any("completion of zombie-delivered" in m for m in discarded), discarded
         assert any("failure of zombie-raised" in m for m in discarded), discarded

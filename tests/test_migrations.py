@@ -206,15 +206,15 @@ def test_models_match_detects_drift(empty_database: URL) -> None:
     alembic_upgrade(empty_database, "head")
     with migrating(empty_database) as connection:
         if connection.dialect.name in ("mysql", "mariadb"):
-            connection.execute(text("DROP INDEX ix_sessions_handoff_pending ON sessions"))
+            connection.execute(text("DROP INDEX idx_sessions_handoff_pending ON sessions"))
         else:
-            connection.execute(text("DROP INDEX ix_sessions_handoff_pending"))
+            connection.execute(text("DROP INDEX idx_sessions_handoff_pending"))
 
     diffs = compare(empty_database)
     assert [d[0] for d in diffs] == ["add_index"]
-    assert diffs[0][1].name == "ix_sessions_handoff_pending"
+    assert diffs[0][1].name == "idx_sessions_handoff_pending"
     assert [(d.kind, d.detail.split()[0]) for d in schema.check(empty_database)] == [
-        ("add index", "ix_sessions_handoff_pending")
+        ("add index", "idx_sessions_handoff_pending")
     ]
 
 

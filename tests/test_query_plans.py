@@ -30,7 +30,7 @@ from hermes_state.models import HandoffState
 from tests.conftest import throwaway_database
 from tests.legacy import build_legacy_db
 
-PENDING_INDEX = "ix_sessions_handoff_pending"
+PENDING_INDEX = "idx_sessions_handoff_pending"
 RUNNING_INDEX = "ix_sessions_handoff_running"
 HANDOFF_INDEXES = {PENDING_INDEX, RUNNING_INDEX}
 

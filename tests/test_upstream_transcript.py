@@ -384,7 +384,7 @@ def test_migration_0004_round_trip_leaves_an_upstream_file_as_it_was(upstream_fi
 
     schema.upgrade(url, "0003_handoff_events")
     at_0003 = schema_entries(upstream_file), row_digest(upstream_file)
-    schema.upgrade(url)
+    schema.upgrade(url, "0004_upstream_columns")
     assert schema.revision_of(url) == "0004_upstream_columns"
     added = set(table_columns(upstream_file)["messages"]) - set(columns["messages"])
     assert added == {

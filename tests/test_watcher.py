@@ -9,7 +9,6 @@ asserts on how long anything took.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import statistics
@@ -78,18 +77,6 @@ class Ticks:
         if self.on_tick is not None:
             self.on_tick(self.reads)
         return True
-
-
-@pytest.fixture(autouse=True)
-def forget_profile_stores() -> Iterator[None]:
-    """The watcher caches profile stores per process; close the ones a test opened."""
-    before = set(getattr(run, "_profile_stores", {}))
-    yield
-    cache = getattr(run, "_profile_stores", {})
-    for key in set(cache) - before:
-        store = cache.pop(key)
-        with contextlib.suppress(Exception):
-            store.wrapped.close()
 
 
 @pytest.fixture
