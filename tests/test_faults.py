@@ -463,7 +463,12 @@ def terminate_backends(url: URL, where: str = "true") -> list[int]:
                 .all()
             )
             for pid in victims:
-                connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                # With a timeout, PostgreSQL returns once the backend has exited: the kill has
+                # happened (its FATAL message sent, its socket closed) when this returns.
+                connection.execute(
+                    text("SELECT pg_terminate_backend(:pid, :wait_ms)"),
+                    {"pid": pid, "wait_ms": 10_000},
+                )
             return list(victims)
     finally:
         admin.dispose()

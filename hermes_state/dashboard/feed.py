@@ -69,9 +69,12 @@ class Subscription:
 class ChangeFeed:
     """Follows the audit trail of ``store`` (an awaitable store) and fans events out."""
 
-    def __init__(self, store: Any, *, interval: float = 0.5) -> None:
+    def __init__(
+        self, store: Any, *, interval: float = 0.5, gap_patience: float = GAP_PATIENCE
+    ) -> None:
         self.store = store
         self.interval = interval
+        self.gap_patience = gap_patience
         self._subscriptions: set[Subscription] = set()
         self._wake = asyncio.Event()
         self._last = 0
@@ -187,7 +190,9 @@ class ChangeFeed:
 
     async def _read_new_events(self) -> None:
         now = time.monotonic()
-        self._gaps = {gap: seen for gap, seen in self._gaps.items() if now - seen < GAP_PATIENCE}
+        self._gaps = {
+            gap: seen for gap, seen in self._gaps.items() if now - seen < self.gap_patience
+        }
         start = min(self._gaps) - 1 if self._gaps else self._last
         while True:
             events = await self.store.handoff_events_after(start, limit=BATCH)
