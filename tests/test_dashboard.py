@@ -386,6 +386,11 @@ async def test_feed_delivers_an_event_committed_after_a_later_one(backend_url: U
     with SessionDB(url=backend_url) as writer:
         writer.create_session("late", "cli")
         writer.create_session("early", "cli")
+        # An empty trail whose ids already ran far (pruned, or earlier tests): the feed is
+        # placed at 0 and the first event it sees comes after a jump of thousands of ids.
+        old_events = [{"session_id": "gone", "to_state": "pending", "at": 0.0}] * 1500
+        writer._execute_write(lambda conn: conn.execute(handoff_events.insert(), old_events))
+        writer._execute_write(lambda conn: conn.execute(handoff_events.delete()))
         store = AsyncSessionDB(SessionDB(url=backend_url))
         # The gap stays watched for the whole test: on a loaded machine the commit may come
         # later than the default patience (the expiry itself is not what this test is about).

@@ -32,7 +32,7 @@ from sqlalchemy.pool import NullPool
 from hermes_state import SessionDB, schema
 from hermes_state.cli import main
 from hermes_state.errors import HermesStateError
-from hermes_state.models import handoff_events, messages, sessions
+from hermes_state.models import handoff_events, messages, session_turn_leases, sessions
 from hermes_state.promotion import CopyConflictError, CopyRefusedError, Fill, copy_database
 from tests.conftest import CliResult, database_at_head, sqlite_url, throwaway_database, url_arg
 from tests.digest import database_digest, sync_url, table_rows
@@ -40,7 +40,7 @@ from tests.legacy import build_legacy_db
 
 T0 = 1_700_000_000.0
 PREVIOUS = "0002_handoff_leases"
-MODELLED = (sessions, messages, handoff_events)
+MODELLED = (sessions, messages, handoff_events, session_turn_leases)
 
 
 class Clock:
@@ -208,13 +208,14 @@ def test_round_trip_then_nothing_more(
         "sessions": 11,
         "messages": 24,
         "handoff_events": 16,
+        "session_turn_leases": 0,  # primary data, though none is held here
     }
     source_digest = database_digest(source)
 
     first = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target), "--json")
     assert first.code == 0, first.err
     reports = table_reports(first)
-    assert list(reports) == ["sessions", "messages", "handoff_events"]
+    assert list(reports) == ["sessions", "messages", "handoff_events", "session_turn_leases"]
     for name, rows in expected.items():
         assert reports[name]["source_rows"] == len(rows)
         assert reports[name]["copied"] == len(rows)
@@ -230,7 +231,7 @@ def test_round_trip_then_nothing_more(
     assert second.code == 0, second.err
     copied_part, skipped_part = second.out.split("not copied (derived or bookkeeping):")
     lines = [line for line in copied_part.splitlines() if line.startswith("  ")]
-    assert len(lines) == 3
+    assert len(lines) == len(MODELLED)
     assert "hermes_state_alembic_version: hermes-state bookkeeping" in skipped_part
     for line, (name, rows) in zip(lines, expected.items(), strict=True):
         assert line.split()[0] == name
