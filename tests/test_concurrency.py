@@ -28,9 +28,10 @@ from sqlalchemy.pool import NullPool
 from hermes_state import SessionDB
 from hermes_state.engine import with_driver
 from hermes_state.execution import retry_logger
-from hermes_state.models import messages, sessions
+from hermes_state.models import handoff_events, messages, sessions
 from tests.conftest import empty_tables
 from tests.processes import wait_until
+from tests.stores import handoff_row
 
 ROWS = 400
 PROCESSES = 4
@@ -73,12 +74,20 @@ def assert_claimed_exactly_once(store: SessionDB, ids: list[str], winners: list[
 # -- processes -----------------------------------------------------------------------------------
 
 
+def owner_of(worker: int) -> str:
+    return f"gw-{worker}"
+
+
 def _claiming_process(
-    url: str, ids: list[str], seed: int, start: Any, results: Any, worker: int
+    url: str, ids: list[str], seed: int, start: Any, results: Any, worker: int, owned: bool
 ) -> None:
-    """Runs in a spawned child: open a store of its own, wait for the others, claim everything."""
+    """Runs in a spawned child: open a store of its own (a gateway with an owner and a lease
+    when ``owned``), wait for the others, claim everything."""
+    identity: dict[str, Any] = (
+        {"owner": owner_of(worker), "lease_seconds": 3600.0} if owned else {"actor": f"w{worker}"}
+    )
     try:
-        with SessionDB(url=url) as store:
+        with SessionDB(url=url, **identity) as store:
             store.has_pending_handoffs()  # connect and check the schema before the race
             start.wait(WAIT)
             won = claim_all(store, ids, seed)
@@ -87,7 +96,9 @@ def _claiming_process(
         results.put((worker, "error", traceback.format_exc()))
 
 
-def race_processes(url: URL, ids: list[str], prepare: Callable[[], None]) -> dict[int, list[str]]:
+def race_processes(
+    url: URL, ids: list[str], prepare: Callable[[], None], *, owned: bool = False
+) -> dict[int, list[str]]:
     """Spawn the claimers, run ``prepare`` while they start up, then release them all at once.
 
     The parent is the barrier's last party, so no claimer starts before the rows exist.
@@ -99,7 +110,7 @@ def race_processes(url: URL, ids: list[str], prepare: Callable[[], None]) -> dic
     processes = [
         context.Process(
             target=_claiming_process,
-            args=(plain_url, ids, 1000 + worker, start, results, worker),
+            args=(plain_url, ids, 1000 + worker, start, results, worker, owned),
             name=f"claimer-{worker}",
         )
         for worker in range(PROCESSES)
@@ -139,14 +150,50 @@ def race_processes(url: URL, ids: list[str], prepare: Callable[[], None]) -> dic
     return outcomes
 
 
-def test_processes_claim_each_row_exactly_once(store: SessionDB, backend_url: URL) -> None:
+@pytest.mark.parametrize("owned", [False, True], ids=["ownerless", "owned"])
+def test_processes_claim_each_row_exactly_once(
+    store: SessionDB, backend_url: URL, owned: bool
+) -> None:
+    """Exactly once by identity, not only by count: each row has one pending->running event,
+    recorded by the process that won it, and (for gateways with owners) the row names that
+    winner as its owner, under attempt 1, with a lease."""
     ids = row_ids()
 
-    outcomes = race_processes(backend_url, ids, prepare=lambda: make_pending(store, ids))
+    outcomes = race_processes(
+        backend_url, ids, prepare=lambda: make_pending(store, ids), owned=owned
+    )
 
     assert sorted(outcomes) == list(range(PROCESSES))
     winners = [session_id for won in outcomes.values() for session_id in won]
     assert_claimed_exactly_once(store, ids, winners)
+    winner_of = {sid: worker for worker, won in outcomes.items() for sid in won}
+    claims = claim_events(store)
+    assert sorted(claims) == sorted(ids)
+    for session_id, events in claims.items():
+        assert len(events) == 1, (session_id, events)
+        worker = winner_of[session_id]
+        assert events[0]["actor"] == (owner_of(worker) if owned else f"w{worker}")
+        assert events[0]["attempt"] == 1
+    for session_id in ids:
+        row = handoff_row(store, session_id)
+        assert row["attempt"] == 1, (session_id, row)
+        if owned:
+            assert row["owner"] == owner_of(winner_of[session_id]), (session_id, row)
+            assert row["lease"] is not None
+        else:
+            assert row["owner"] is None
+
+
+def claim_events(store: SessionDB) -> dict[str, list[dict[str, Any]]]:
+    """Every pending->running event in the audit trail, by session."""
+    query = select(handoff_events).where(
+        handoff_events.c.from_state == "pending", handoff_events.c.to_state == "running"
+    )
+    rows = store._execute_write(lambda conn: [dict(r) for r in conn.execute(query).mappings()])
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(row["session_id"], []).append(row)
+    return found
 
 
 # -- threads -------------------------------------------------------------------------------------
