@@ -243,9 +243,10 @@ def test_threads_on_every_backend_claim_each_row_exactly_once(store: SessionDB) 
 
 # -- forced races ----------------------------------------------------------------------------------
 #
-# The races below do not hope for an interleaving: each side waits, after its first win, until
-# every other side has won something too (so "both sides won" is a fact, not a likelihood), and
-# then a second connection holds a lock across the race so that the contended path runs:
+# The races below do not hope for an interleaving. Each side wins a first row of its own and
+# pauses there (or is given rows only it contests), so "every side won something" is a fact,
+# not a likelihood; then, before any side goes on, a second connection takes a lock and holds
+# it across the race, so that the contended path runs:
 #
 # * SQLite: a raw connection holds the write lock (BEGIN IMMEDIATE) until every racer has been
 #   refused it ("database is locked") and logged the retry on ``hermes_state.retry``;
