@@ -16,6 +16,7 @@ Two runners share one contract (``run(plan)``, ``run_callable(fn)``, ``close()``
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -46,6 +47,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: Every transaction run again (lock contention, a deadlock or serialization victim, rows that
+#: changed under a transition) leaves one DEBUG record here, naming why: the one place tests and
+#: operators can see that a retry happened.
+retry_logger = logging.getLogger("hermes_state.retry")
 
 
 class Runner(Protocol):
@@ -113,9 +119,17 @@ def next_retry_delay(exc: Exception, delays: Iterator[float], where: str) -> flo
         raise_translated(exc, where)
         raise exc
     try:
-        return next(delays)
+        delay = next(delays)
     except DatabaseBusyError as busy:
         raise busy from exc
+    retry_logger.debug("running a transaction on %s again: %s", where, _first_line(exc))
+    return delay
+
+
+def _first_line(exc: Exception) -> str:
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}"
 
 
 def retrying(attempt: Callable[[], T], patience: Patience, where: str) -> T:

@@ -4,7 +4,7 @@ Two ways in:
 
 * ``hermes-state watch --handler tests.crash_points:deliver`` — the real CLI watcher with this
   module's handler. With ``CRASH_POINT=handler`` the handler marks and then hangs.
-* ``python -m tests.crash_points --db PATH --owner NAME --point POINT`` — the same
+* ``python -m tests.crash_points --db PATH_OR_URL --owner NAME --point POINT`` — the same
   ``GatewayRunner`` over a store that marks and hangs just after a successful claim
   (``claimed``) or just before recording the completion (``completing``), points the CLI's
   handler cannot reach.

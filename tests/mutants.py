@@ -119,6 +119,22 @@ MUTANTS = [
         ("tests/test_ownership.py",),
     ),
     Mutant(
+        "only-our-files",
+        "an SQLite file of another application is refused, never adopted or written",
+        "hermes_state/schema.py",
+        "    return FileState(FileKind.FOREIGN if tables else FileKind.NEW, None)",
+        "    return FileState(FileKind.NEW, None)",
+        ("tests/test_file_ownership.py",),
+    ),
+    Mutant(
+        "lease-upkeep",
+        "a watcher renews the leases of its deliveries in flight",
+        "gateway/run.py",
+        '        renew = getattr(db, "renew_handoff_leases", None)',
+        "        renew = None",
+        ("tests/test_gateways.py",),
+    ),
+    Mutant(
         "reclaim-expired",
         "an expired-lease reclaim leaves rows without a lease alone",
         "hermes_state/statements.py",

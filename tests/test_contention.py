@@ -212,15 +212,37 @@ def logged_transitions(log: list[dict[str, Any]]) -> dict[str, list[str]]:
     return dict(moved)
 
 
-def replay(events: list[dict[str, Any]], owners: dict[str, str | None]) -> dict[str, Any]:
-    """Run the audit trail, in id (commit) order, through the state machine's rules."""
+def reclaim_scopes(logs: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], list[str]]:
+    """(actor, session) -> the scope of each reclaim by that actor that took that session, in
+    the actor's order (which is the order of its events for that session)."""
+    scopes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for actor, log in logs.items():
+        for entry in log:
+            if entry["op"] == "reclaim":
+                for sid in entry["result"]:
+                    scopes[actor, sid].append(entry["scope"])
+    return scopes
+
+
+def replay(
+    events: list[dict[str, Any]],
+    identities: dict[str, dict[str, Any]],
+    scopes: dict[tuple[str, str], list[str]],
+) -> dict[str, Any]:
+    """Run the audit trail, in id (commit) order, through the state machine's rules, owners
+    and fencing included: a gateway with an owner finishes only a running row it claimed, a
+    reclaim takes only what its scope allows (no lease here ever expires: they last an hour)."""
     rows: dict[str, dict[str, Any]] = {
         sid: {"state": None, "platform": None, "error": None, "attempt": 0, "owner": None}
         for sid in HOT
     }
+    leased: dict[str, bool] = dict.fromkeys(HOT, False)
+    scopes = {key: list(found) for key, found in scopes.items()}
     for event in events:
-        row = rows[event["session_id"]]
+        sid = event["session_id"]
+        row = rows[sid]
         before, after, detail = row["state"], event["to_state"], event["detail"]
+        actor = identities[event["actor"]]
         assert event["from_state"] == before, f"event {event} does not follow {row}"
         if after == "pending":
             if detail.startswith("retry for "):
@@ -230,19 +252,29 @@ def replay(events: list[dict[str, Any]], owners: dict[str, str | None]) -> dict[
                 assert before in (None, "completed", "failed"), event
                 platform = detail.removeprefix("requested for ")
             row.update(state=after, platform=platform, error=None, owner=None)
+            leased[sid] = False
         elif after == "running":
             assert before == "pending", event
             assert event["attempt"] == row["attempt"] + 1, event
-            row.update(state=after, attempt=row["attempt"] + 1, owner=owners[event["actor"]])
-        elif after == "completed":
-            assert before == "running", event
-            assert event["attempt"] == row["attempt"], event
-            row.update(state=after, error=None)
+            row.update(state=after, attempt=row["attempt"] + 1, owner=actor["owner"])
+            leased[sid] = actor["lease_seconds"] is not None
         else:
-            assert after == "failed", event
+            assert after in ("completed", "failed"), event
             assert before in ("pending", "running"), event
             assert event["attempt"] == row["attempt"], event
-            row.update(state=after, error=detail)
+            if before == "running":
+                reclaim = after == "failed" and detail == STRANDED_ERROR
+                if reclaim:
+                    scope = scopes[event["actor"], sid].pop(0)
+                    assert scope != "expired", f"no lease expires here: {event}"
+                    if scope == "stale":
+                        assert not leased[sid] or row["owner"] == actor["owner"], (event, row)
+                elif actor["owner"] is not None:
+                    assert row["owner"] == actor["owner"], f"fencing let {event} finish {row}"
+            else:
+                assert after == "failed", event
+            row.update(state=after, error=None if after == "completed" else detail)
+    assert not any(scopes.values()), f"reclaims without their events: {scopes}"
     return rows
 
 
@@ -288,8 +320,8 @@ def check_against_tables(path: Path, logs: dict[str, list[dict[str, Any]]], seed
     assert {event["to_state"] for event in events} == {"pending", "running", "completed", "failed"}
 
     # The history is valid in commit order, and the table holds where it ends.
-    owners = {identity(n)["actor"]: identity(n)["owner"] for n in range(PROCESSES)}
-    replayed = replay(events, owners)
+    identities = {identity(n)["actor"]: identity(n) for n in range(PROCESSES)}
+    replayed = replay(events, identities, reclaim_scopes(logs))
     created = {entry["sid"] for log in logs.values() for entry in log if entry["op"] == "create"}
     assert set(sessions) == set(HOT) | created
     assert {sid: sessions[sid] for sid in HOT} == replayed, f"seed {seed}"

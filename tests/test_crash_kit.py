@@ -1,8 +1,8 @@
 """Crash kit: real processes killed with SIGKILL at each point of a delivery and mid-migration.
 
-Delivery: a watcher process (the real ``hermes-state watch`` CLI, or ``tests/crash_points.py``
-running the same ``GatewayRunner`` over a store that can stop between its steps) marks the
-point it reached and hangs there until the test kills it:
+Delivery, on SQLite, PostgreSQL and MariaDB: a watcher process (the real ``hermes-state watch``
+CLI, or ``tests/crash_points.py`` running the same ``GatewayRunner`` over a store that can stop
+between its steps) marks the point it reached and hangs there until the test kills it:
 
 * ``claimed``    — the claim committed, the handler has not started;
 * ``handler``    — inside the handler (through ``hermes-state watch --handler``);
@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import URL
 
 from hermes_state import SessionDB, schema
 from hermes_state.engine import resolve_url
 from hermes_state.repository import STRANDED_ERROR
+from tests.conftest import url_arg
 from tests.digest import database_snapshot
 from tests.legacy import build_legacy_db, row_digest, schema_entries, table_columns
 from tests.processes import DEADLINE, cli_argv, wait_until
@@ -51,14 +53,15 @@ VICTIM = "victim"
 FOREIGN_OWNER = "other-gateway"
 
 
-def short_lived(path: Path, **options: Any) -> SessionDB:
+def short_lived(target: str | Path, **options: Any) -> SessionDB:
     """A store opened for a few calls only, like an operator's command: the test process
-    holds no connection of its own while the watcher processes come and go."""
-    return SessionDB(path, **options)
+    holds no connection of its own while the watcher processes come and go. ``target`` is an
+    SQLite file or a database URL."""
+    return SessionDB(target, **options)
 
 
-def state_of(path: Path, session_id: str) -> dict[str, Any] | None:
-    with short_lived(path) as db:
+def state_of(target: str | Path, session_id: str) -> dict[str, Any] | None:
+    with short_lived(target) as db:
         return db.get_handoff_state(session_id)
 
 
@@ -72,9 +75,9 @@ def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
 # -- delivery crashes ---------------------------------------------------------------------------
 
 
-def populate(path: Path) -> None:
+def populate(target: str) -> None:
     """The victim (pending) among rows in every other situation, each with a transcript."""
-    with short_lived(path) as db:
+    with short_lived(target) as db:
         for number, session_id in enumerate(
             (VICTIM, "never-asked", "delivered", "refused", "abandoned", "elsewhere")
         ):
@@ -90,14 +93,14 @@ def populate(path: Path) -> None:
         assert db.fail_handoff("abandoned", "nobody came", only_states=("pending",))
         assert db.request_handoff(VICTIM, "telegram")
     # A row another gateway holds under a live lease: a restart must leave it alone.
-    with short_lived(path, owner=FOREIGN_OWNER, lease_seconds=86_400.0) as other:
+    with short_lived(target, owner=FOREIGN_OWNER, lease_seconds=86_400.0) as other:
         assert other.request_handoff("elsewhere", "slack")
         assert other.claim_handoff("elsewhere")
 
 
-def everything_but(path: Path, session_id: str) -> dict[str, Any]:
+def everything_but(target: str, session_id: str) -> dict[str, Any]:
     """Every row of every table, minus the session's own row and its audit events."""
-    snapshot = database_snapshot(resolve_url(path))
+    snapshot = database_snapshot(resolve_url(target))
     kept: dict[str, Any] = {}
     for table, (columns, rows) in snapshot.items():
         if table in ("sessions", "handoff_events"):
@@ -112,21 +115,21 @@ def deliveries(folder: Path) -> list[str]:
     return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def history(path: Path, session_id: str) -> list[tuple[Any, ...]]:
-    with short_lived(path) as db:
+def history(target: str, session_id: str) -> list[tuple[Any, ...]]:
+    with short_lived(target) as db:
         return [
             (e["from_state"], e["to_state"], e["actor"], e["attempt"], e["detail"])
             for e in db.handoff_history(session_id)
         ]
 
 
-def crash_script(db: Path, point: str) -> list[str]:
+def crash_script(db: str, point: str) -> list[str]:
     """tests/crash_points.py: the watcher over a store that stops at ``point``."""
     script = [sys.executable, "-m", "tests.crash_points"]
-    return [*script, "--db", str(db), "--owner", OWNER, "--point", point]
+    return [*script, "--db", db, "--owner", OWNER, "--point", point]
 
 
-def watch_cli(db: Path) -> list[str]:
+def watch_cli(db: str) -> list[str]:
     """The real CLI watcher, delivering with tests/crash_points.py's handler."""
     return [
         *cli_argv(db, "watch", "--interval", "0.02", "--owner", OWNER),
@@ -138,7 +141,7 @@ def watch_cli(db: Path) -> list[str]:
 @dataclass
 class Crash:
     point: str
-    argv: Callable[[Path], list[str]]
+    argv: Callable[[str], list[str]]
     delivered_before_the_kill: int
 
 
@@ -162,8 +165,10 @@ CRASHES = [
 
 
 @pytest.mark.parametrize("crash", CRASHES, ids=[crash.point for crash in CRASHES])
-def test_sigkill_at_each_point_of_a_delivery_strands_nothing(crash: Crash, tmp_path: Path) -> None:
-    db_path = tmp_path / "state.db"
+def test_sigkill_at_each_point_of_a_delivery_strands_nothing(
+    crash: Crash, backend_url: URL, tmp_path: Path
+) -> None:
+    db_path = url_arg(backend_url)  # the SQLite file's URL, or the server database's
     populate(db_path)
     before = everything_but(db_path, VICTIM)
     env = {**os.environ, "CRASH_DIR": str(tmp_path), "CRASH_POINT": crash.point}

@@ -1,6 +1,11 @@
-"""Two real gateways (`hermes-state watch` processes) sharing one PostgreSQL database.
+"""Several gateways sharing one database: lease upkeep in-process on every backend, and two
+real gateways (`hermes-state watch` processes) on PostgreSQL.
 
-Each gateway runs as its own process (``python -m hermes_state.cli``, in its own process group)
+In-process, a watcher (``GatewayRunner``) serves a store whose clock the test moves by hand:
+its lease upkeep runs every third of a short lease in real time, but whether a lease has run
+out is up to the hand clock, so no outcome depends on how fast the machine is.
+
+Each real gateway runs as its own process (``python -m hermes_state.cli``, in its own process group)
 with a short lease, delivering with a shell command that waits for a file the test creates.
 The test watches the database and the gateways' logs; every wait is a poll with a generous
 deadline, and no assertion depends on how long anything took. Gateways and their delivery
@@ -12,12 +17,15 @@ Exactly-once claims by several processes are covered by ``test_concurrency.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import signal
+import subprocess
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +34,13 @@ from sqlalchemy.engine import URL
 
 import gateway.run as run
 from hermes_state import AsyncSessionDB, SessionDB, schema
+from hermes_state.repository import STRANDED_ERROR
 
 from .conftest import throwaway_database
-from .processes import Watcher, cli_argv, kill_group, read_pid, wait_until
-from .stores import handoff_row, make_pending
-
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("HERMES_STATE_TEST_PG_URL", "").strip(),
-    reason="HERMES_STATE_TEST_PG_URL is not set",
-)
+from .processes import CLI, Watcher, cli_argv, eventually, kill_group, read_pid, wait_until
+from .stores import HandClock, handoff_row, make_pending
 
 DEADLINE = 60.0  # only reached when something is broken; never a synchronisation tool
-LEASE = 1.5  # seconds; the gateways renew every third of it
 INTERVAL = 0.2  # seconds between polls
 LONG_LEASE = 600.0  # a lease that cannot expire while a test waits
 
@@ -50,7 +53,162 @@ WAITING = (
 INSTANT = "true"
 
 
-# -- helpers ---------------------------------------------------------------------------------
+# -- lease upkeep in-process, on every backend ----------------------------------------------
+
+UPKEEP_LEASE = 0.3  # seconds: upkeep every 0.1 s of real time; expiry follows the hand clock
+# The hand clock moves by half a lease at a time, and only once the watcher has renewed: a
+# lease renewed before a step is still live after it, whenever the step lands in an upkeep
+# round (between its renewal and its reclaim, say), so a watcher never reclaims its own row.
+STEP = UPKEEP_LEASE / 2
+
+
+class Held:
+    """A handler that holds each delivery until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.release = asyncio.Event()
+
+    async def __call__(self, row: Any, profile_name: str | None) -> None:
+        self.started.append(row["id"])
+        await self.release.wait()
+
+
+@contextlib.asynccontextmanager
+async def serving(store: SessionDB, handler: Held) -> AsyncIterator[run.GatewayRunner]:
+    """A watcher serving ``store`` in this event loop; stopped and drained at the end (the
+    held deliveries let go, so a failing test does not wait out the drain)."""
+    runner = run.GatewayRunner(store, handler, interval=0.01, drain_timeout=DEADLINE)
+    task = asyncio.ensure_future(runner.run())
+    try:
+        yield runner
+    finally:
+        handler.release.set()
+        runner.stop()
+        await asyncio.wait_for(task, DEADLINE)
+
+
+def logged(caplog: pytest.LogCaptureFixture, fragment: str) -> Callable[[], bool]:
+    return lambda: any(fragment in r.getMessage() for r in list(caplog.records))
+
+
+async def step_after_renewal(db: SessionDB, session_id: str, clock: HandClock) -> None:
+    """Move the hand clock by half a lease, then wait for the watcher to renew the lease of
+    ``session_id`` (a lease that now ends more than half a lease ahead)."""
+    clock.advance(STEP)
+
+    def renewed() -> bool:
+        lease = handoff_row(db, session_id)["lease"]
+        return lease is not None and lease > clock.now + STEP
+
+    await eventually(renewed, f"the watcher to renew the lease of {session_id}")
+
+
+def test_a_watcher_renews_its_leases_so_no_rival_can_take_the_row(
+    store: SessionDB, new_store: Callable[..., SessionDB], caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = HandClock(1_000_000.0)
+    gw_a = new_store(owner="gw-a", lease_seconds=UPKEEP_LEASE, clock=clock)
+    rival = new_store(owner="gw-b", lease_seconds=UPKEEP_LEASE, clock=clock)
+    make_pending(store, "held")
+    handler = Held()
+
+    async def scenario() -> None:
+        async with serving(gw_a, handler):
+            await eventually(lambda: handler.started == ["held"], "gw-a to deliver the row")
+            first_lease = handoff_row(store, "held")["lease"]
+            assert first_lease == clock.now + UPKEEP_LEASE
+            for _ in range(20):  # ten leases' worth of hand-clock time
+                await step_after_renewal(store, "held", clock)
+                assert await asyncio.to_thread(rival.reclaim_expired_handoffs, "rival") == []
+                assert await asyncio.to_thread(rival.reclaim_stale_running_handoffs, "x") == []
+            assert clock.now > first_lease + 5 * UPKEEP_LEASE
+            handler.release.set()
+            await eventually(lambda: handoff_row(store, "held")["state"] == "completed", "done")
+
+    with caplog.at_level(logging.INFO, logger="gateway.run"):
+        asyncio.run(scenario())
+    assert not logged(caplog, "lost the lease")()
+    assert [e["actor"] for e in store.handoff_history("held")] == ["api", "gw-a", "gw-a"]
+
+
+def test_a_watcher_that_lost_its_lease_says_so_and_discards_the_outcome(
+    store: SessionDB, new_store: Callable[..., SessionDB], caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = HandClock(1_000_000.0)
+    gw_a = new_store(owner="gw-a", lease_seconds=UPKEEP_LEASE, clock=clock)
+    operator = new_store(owner="gw-b", clock=clock)
+    make_pending(store, "held")
+    handler = Held()
+
+    async def scenario() -> None:
+        async with serving(gw_a, handler):
+            await eventually(lambda: handler.started == ["held"], "gw-a to deliver the row")
+            taken = await asyncio.to_thread(operator.reclaim_running_handoffs, "taken over")
+            assert taken == ["held"]
+            await eventually(logged(caplog, "lost the lease of held"), "gw-a to notice")
+            handler.release.set()
+            await eventually(
+                logged(caplog, "the completion of held was discarded"), "gw-a to discard it"
+            )
+
+    with caplog.at_level(logging.INFO, logger="gateway.run"):
+        asyncio.run(scenario())
+    row = handoff_row(store, "held")
+    assert (row["state"], row["error"], row["owner"]) == ("failed", "taken over", "gw-a")
+    assert [e["actor"] for e in store.handoff_history("held")] == ["api", "gw-a", "gw-b"]
+
+
+def test_a_watcher_reclaims_rows_whose_lease_ran_out(
+    store: SessionDB, new_store: Callable[..., SessionDB]
+) -> None:
+    """A gateway that stopped renewing (its store is here, its watcher gone): once its lease
+    runs out, not before, a live watcher's upkeep fails the row with the re-run hint."""
+    clock = HandClock(1_000_000.0)
+    dead = new_store(owner="gw-dead", lease_seconds=UPKEEP_LEASE, clock=clock)
+    gw_a = new_store(owner="gw-a", lease_seconds=UPKEEP_LEASE, clock=clock)
+    make_pending(store, "stranded")
+    assert dead.claim_handoff("stranded") is True
+    handler = Held()
+
+    async def scenario() -> None:
+        async with serving(gw_a, handler):
+            make_pending(store, "probe")  # a row of gw-a's own, to see its upkeep rounds
+            await eventually(lambda: handler.started == ["probe"], "gw-a to serve")
+            await step_after_renewal(store, "probe", clock)
+            assert clock.now < handoff_row(store, "stranded")["lease"]
+            assert handoff_row(store, "stranded")["state"] == "running"
+            for _ in range(2):  # now past the stranded row's lease
+                await step_after_renewal(store, "probe", clock)
+            await eventually(
+                lambda: handoff_row(store, "stranded")["state"] == "failed",
+                "gw-a to reclaim the expired row",
+            )
+            handler.release.set()
+
+    asyncio.run(scenario())
+    row = handoff_row(store, "stranded")
+    assert row["error"] == STRANDED_ERROR
+    assert "/handoff" in row["error"]
+    assert store.handoff_history("stranded")[-1]["actor"] == "gw-a"
+    assert handoff_row(store, "probe")["state"] == "completed"
+
+
+# -- two real gateways on PostgreSQL: helpers ----------------------------------------------------
+
+
+@functools.cache
+def measured_lease() -> float:
+    """The real gateways' lease, in seconds (they renew every third of it), measured once.
+
+    A gateway loses a live row when it cannot renew for two thirds of its lease. On a machine
+    shared with other work, the same stall shows in how long a fresh interpreter takes to
+    start the CLI (seconds of wall time for half a second of CPU, measured on a loaded
+    2-core box), so the lease is three such startups, and never under 1.5 s.
+    """
+    started = time.monotonic()
+    subprocess.run([*CLI, "--help"], check=True, capture_output=True, timeout=DEADLINE)
+    return max(1.5, 3 * (time.monotonic() - started))
 
 
 class Gateway(Watcher):
@@ -63,7 +221,7 @@ class Gateway(Watcher):
         command: str,
         env: dict[str, str],
         max_concurrency: int = 3,
-        lease: float = LEASE,
+        lease: float | None = None,
     ) -> None:
         self.owner = owner
         argv = cli_argv(
@@ -72,7 +230,7 @@ class Gateway(Watcher):
             "--owner",
             owner,
             "--lease-seconds",
-            str(lease),
+            str(measured_lease() if lease is None else lease),
             "--interval",
             str(INTERVAL),
             "--max-concurrency",
@@ -125,7 +283,9 @@ def gateways(pg_url: URL, run_dir: Path) -> Iterator[Callable[..., Gateway]]:
     started: list[Gateway] = []
     env = {**os.environ, "RUN_DIR": str(run_dir)}
 
-    def start(owner: str, command: str, max_concurrency: int = 3, lease: float = LEASE) -> Gateway:
+    def start(
+        owner: str, command: str, max_concurrency: int = 3, lease: float | None = None
+    ) -> Gateway:
         gateway = Gateway(pg_url, owner, command, env, max_concurrency, lease)
         started.append(gateway)
         return gateway
@@ -200,7 +360,7 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
         row = handoff_row(db, session_id)
         assert (row["state"], row["owner"], row["attempt"]) == ("running", "gw-a", 1), row
         leases.add(row["lease"])
-        return len(leases) >= 3 and max(leases) > lease_when_b_served + 2 * LEASE
+        return len(leases) >= 3 and max(leases) > lease_when_b_served + 2 * measured_lease()
 
     wait_until(
         renewed_well_past_the_lease,
@@ -253,11 +413,12 @@ def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
 
     wait_until(state_is(db, session_id, "failed"), "gw-b to fail gw-a's row", deadline=DEADLINE)
     took = time.monotonic() - killed_at
-    nominal = LEASE + LEASE / 3 + 3 * INTERVAL
+    lease = measured_lease()
+    nominal = lease + lease / 3 + 3 * INTERVAL
     report(
         capsys,
         f"gw-b failed the killed gateway's row {took:.2f} s after SIGKILL "
-        f"(lease {LEASE:g} s, checked every {LEASE / 3:g} s, poll {INTERVAL:g} s; "
+        f"(lease {lease:.2f} s, checked every {lease / 3:.2f} s, poll {INTERVAL:g} s; "
         f"nominal bound about {nominal:.1f} s)",
     )
     record_property("reclaim_seconds_after_sigkill", round(took, 3))
