@@ -191,8 +191,10 @@ class NativeAsyncSessionDB(StoreSettings):
     async def handoff_history(self, session_id: str) -> list[Row]:
         return await self._run(self._plans.handoff_history(session_id))
 
-    async def prune_handoff_events(self, older_than_seconds: float) -> int:
-        return await self._run(self._plans.prune_handoff_events(older_than_seconds))
+    async def prune_handoff_events(
+        self, older_than_seconds: float, *, dry_run: bool = False
+    ) -> int:
+        return await self._run(self._plans.prune_handoff_events(older_than_seconds, dry_run))
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -203,6 +205,19 @@ class NativeAsyncSessionDB(StoreSettings):
         self, state: str | None = None, *, limit: int | None = None
     ) -> list[Row]:
         return await self._run(self._plans.list_handoffs(state, limit))
+
+    async def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        handoff_state: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        return await self._run(self._plans.list_sessions(source, handoff_state, since, limit))
+
+    async def get_session(self, session_id: str) -> Row | None:
+        return await self._run(self._plans.get_session(session_id))
 
     async def has_pending_handoffs(self) -> bool:
         return await self._run(self._plans.has_pending_handoffs())

@@ -106,6 +106,9 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
     else:
         raise InvalidInputTypeError(f"expected a database URL or path, not {type(target).__name__}")
     backend, _, driver = url.drivername.partition("+")
+    if backend == "postgres":  # what most hosting providers hand out
+        backend = "postgresql"
+        url = url.set(drivername=f"{backend}+{driver}" if driver else backend)
     if backend not in _DRIVERS:
         raise InvalidInputError(
             f"unsupported database {backend!r} in {describe(url)}; "

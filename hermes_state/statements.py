@@ -437,6 +437,12 @@ def prune_events() -> Delete:
 
 
 @functools.cache
+def count_events_before() -> Select[Any]:
+    """How many events :func:`prune_events` would delete."""
+    return select(func.count().label("count")).where(_e.at < bindparam("before"))
+
+
+@functools.cache
 def recent_failures() -> Select[tuple[str | None, int]]:
     """The most common errors among failures since ``:since``, most frequent first."""
     return (
@@ -483,6 +489,30 @@ def list_handoffs(state: HandoffState | None, limited: bool = False) -> Select[t
     condition = _c.handoff_state.is_not(None) if state is None else state_is(state)
     stmt = select(sessions).where(condition).order_by(_c.started_at, _c.id)
     return stmt.limit(bindparam("limit")) if limited else stmt
+
+
+@functools.cache
+def list_sessions(
+    state: HandoffState | None, *, by_source: bool, since: bool, limited: bool
+) -> Select[tuple[object, ...]]:
+    """Whole session rows, newest ``started_at`` first; filtered on ``:source`` when
+    ``by_source``, on ``state``, and on ``started_at >= :since`` when ``since``; at most
+    ``:limit`` when ``limited``."""
+    stmt = select(sessions)
+    if state is not None:
+        stmt = stmt.where(state_is(state))
+    if by_source:
+        stmt = stmt.where(_c.source == bindparam("source"))
+    if since:
+        stmt = stmt.where(_c.started_at >= bindparam("since"))
+    stmt = stmt.order_by(_c.started_at.desc(), _c.id.desc())
+    return stmt.limit(bindparam("limit")) if limited else stmt
+
+
+@functools.cache
+def get_session() -> Select[tuple[object, ...]]:
+    """One whole session row."""
+    return select(sessions).where(_c.id == bindparam("session_id"))
 
 
 @functools.cache

@@ -217,9 +217,9 @@ class SessionDB(StoreSettings):
         """Every recorded transition of the session, oldest first."""
         return self._run(self._plans.handoff_history(session_id))
 
-    def prune_handoff_events(self, older_than_seconds: float) -> int:
-        """Delete events older than this; returns how many went."""
-        return self._run(self._plans.prune_handoff_events(older_than_seconds))
+    def prune_handoff_events(self, older_than_seconds: float, *, dry_run: bool = False) -> int:
+        """Delete events older than this; returns how many went (would go, with dry_run)."""
+        return self._run(self._plans.prune_handoff_events(older_than_seconds, dry_run))
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -230,6 +230,22 @@ class SessionDB(StoreSettings):
     def list_handoffs(self, state: str | None = None, *, limit: int | None = None) -> list[Row]:
         """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first."""
         return self._run(self._plans.list_handoffs(state, limit))
+
+    def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        handoff_state: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        """Whole session rows, newest ``started_at`` first, optionally filtered by source,
+        handoff state and start time (epoch seconds, inclusive), at most ``limit``."""
+        return self._run(self._plans.list_sessions(source, handoff_state, since, limit))
+
+    def get_session(self, session_id: str) -> Row | None:
+        """The whole session row, or None for an unknown id."""
+        return self._run(self._plans.get_session(session_id))
 
     def has_pending_handoffs(self) -> bool:
         """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""

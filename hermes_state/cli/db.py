@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .. import schema
 from ..engine import describe, is_sqlite, resolve_url
@@ -13,199 +15,226 @@ from . import (
     EXIT_OK,
     EXIT_REFUSED,
     Output,
-    add_json_option,
+    Result,
+    Table,
     add_option,
+    command,
     database_url,
-    positive_int,
+    group,
+    whole_number,
 )
 
 
 def register(commands: Any) -> None:
-    db = commands.add_parser("db", help="migrate and inspect the database schema")
-    actions = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    actions = group(commands, "db", help="migrate and inspect the database schema")
+    for configure in (
+        configure_upgrade,
+        configure_downgrade,
+        configure_current,
+        configure_history,
+        configure_copy,
+        configure_check,
+    ):
+        configure(actions)
 
-    upgrade = actions.add_parser("upgrade", help="migrate up to REVISION (default: head)")
-    upgrade.add_argument("revision", nargs="?", default="head", metavar="REVISION")
-    upgrade.set_defaults(command_function=run_upgrade)
 
-    downgrade = actions.add_parser("downgrade", help="migrate down to REVISION ('base': nothing)")
-    downgrade.add_argument("revision", metavar="REVISION")
-    downgrade.set_defaults(command_function=run_downgrade)
+def configure_upgrade(actions: Any) -> None:
+    parser = command(actions, "upgrade", run_upgrade, help="migrate up to REVISION (default: head)")
+    parser.add_argument("revision", nargs="?", default="head", metavar="REVISION")
 
-    current = actions.add_parser("current", help="print the database's revision")
-    add_json_option(current)
-    current.set_defaults(command_function=run_current)
 
-    history = actions.add_parser("history", help="list the revisions, the current one marked")
-    add_json_option(history)
-    history.set_defaults(command_function=run_history)
+def run_upgrade(args: argparse.Namespace, out: Output) -> Result:
+    return _migrate(args, "upgrade")
 
-    copy = actions.add_parser(
-        "copy",
-        help="copy sessions, messages and handoff events to another database (promotion)",
-        description="Copy every session, message, handoff state and audit event to the "
-        "database at --to (at head revision). Idempotent: rows already there and identical are "
-        "skipped; rows that differ stop the copy before anything is written unless --force. "
-        "Streams in batches and commits each, so an interrupted copy resumes when re-run.",
+
+def configure_downgrade(actions: Any) -> None:
+    parser = command(
+        actions, "downgrade", run_downgrade, help="migrate down to REVISION ('base': nothing)"
     )
-    add_option(copy, "--to", env="HERMES_STATE_COPY_TO", metavar="URL", help="target database")
-    add_option(
-        copy,
-        "--force",
-        env="HERMES_STATE_COPY_FORCE",
-        flag=True,
-        help="overwrite target rows that differ",
-    )
-    add_option(
-        copy,
-        "--batch-size",
-        env="HERMES_STATE_COPY_BATCH_SIZE",
-        kind=positive_int,
-        default=2000,
-        metavar="N",
-        help="rows per batch (default 2000)",
-    )
-    add_json_option(copy)
-    copy.set_defaults(command_function=run_copy)
-
-    check = actions.add_parser(
-        "check", help="compare the database with the models; exit 1 on any difference"
-    )
-    add_json_option(check)
-    check.set_defaults(command_function=run_check)
+    parser.add_argument("revision", metavar="REVISION")
 
 
-def _migrate(args: argparse.Namespace, out: Output, direction: str) -> int:
+def run_downgrade(args: argparse.Namespace, out: Output) -> Result:
+    return _migrate(args, "downgrade")
+
+
+def _migrate(args: argparse.Namespace, direction: str) -> Result:
     url = database_url(args, must_exist=direction == "downgrade")
     before = schema.revision_of(url)
     (schema.upgrade if direction == "upgrade" else schema.downgrade)(url, args.revision)
     after = schema.revision_of(url)
     where = describe(url)
+    document = {"database": where, "direction": direction, "from": before, "to": after}
     if before == after:
-        out.line(f"{where} is already at {after or 'base'}")
-    else:
-        out.line(f"{where}: {direction}d from {before or 'base'} to {after or 'base'}")
-    return EXIT_OK
+        return Result(document, [f"{where} is already at {after or 'base'}"])
+    return Result(document, [f"{where}: {direction}d from {before or 'base'} to {after or 'base'}"])
 
 
-def run_upgrade(args: argparse.Namespace, out: Output) -> int:
-    return _migrate(args, out, "upgrade")
+def configure_current(actions: Any) -> None:
+    command(actions, "current", run_current, help="print the database's revision")
 
 
-def run_downgrade(args: argparse.Namespace, out: Output) -> int:
-    return _migrate(args, out, "downgrade")
-
-
-def run_current(args: argparse.Namespace, out: Output) -> int:
+def run_current(args: argparse.Namespace, out: Output) -> Result:
     url = database_url(args, must_exist=True)
     revision = schema.revision_of(url)
     is_head = revision == schema.HEAD_REVISION
-    out.json(
-        {
-            "database": describe(url),
-            "revision": revision,
-            "head": schema.HEAD_REVISION,
-            "is_head": is_head,
-        }
-    )
-    out.line(
-        f"{revision or 'base'}{' (head)' if is_head else f' (head is {schema.HEAD_REVISION})'}"
-    )
-    return EXIT_OK
+    document = {
+        "database": describe(url),
+        "revision": revision,
+        "head": schema.HEAD_REVISION,
+        "is_head": is_head,
+    }
+    suffix = " (head)" if is_head else f" (head is {schema.HEAD_REVISION})"
+    return Result(document, [f"{revision or 'base'}{suffix}"])
 
 
-def run_history(args: argparse.Namespace, out: Output) -> int:
-    url = resolve_url(args.url)
+def configure_history(actions: Any) -> None:
+    command(actions, "history", run_history, help="list the revisions, the current one marked")
+
+
+def run_history(args: argparse.Namespace, out: Output) -> Result:
+    url = database_url(args)
     exists = not (is_sqlite(url) and url.database and not Path(url.database).exists())
     entries = schema.history(url if exists else None)
-    out.json(
-        [
-            {
-                "revision": entry.revision,
-                "down_revision": entry.down_revision,
-                "message": entry.message,
-                "current": entry.is_current,
-                "head": entry.is_head,
-            }
-            for entry in entries
-        ]
-    )
+    document = [
+        {
+            "revision": entry.revision,
+            "down_revision": entry.down_revision,
+            "message": entry.message,
+            "current": entry.is_current,
+            "head": entry.is_head,
+        }
+        for entry in entries
+    ]
+    lines: list[str | Table] = []
     for entry in entries:
         marks = [
             word for word, on in (("current", entry.is_current), ("head", entry.is_head)) if on
         ]
         marker = "*" if entry.is_current else " "
         suffix = f" ({', '.join(marks)})" if marks else ""
-        out.line(f"{marker} {entry.revision}{suffix}  {entry.message}")
-    return EXIT_OK
+        lines.append(f"{marker} {entry.revision}{suffix}  {entry.message}")
+    return Result(document, lines)
 
 
-def run_check(args: argparse.Namespace, out: Output) -> int:
+def configure_check(actions: Any) -> None:
+    command(
+        actions,
+        "check",
+        run_check,
+        help="compare the database with the models; exit 1 on any difference",
+    )
+
+
+def run_check(args: argparse.Namespace, out: Output) -> Result:
     url = database_url(args, must_exist=True)
     drifts = schema.check(url)
-    out.json(
-        {
-            "database": describe(url),
-            "in_sync": not drifts,
-            "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in drifts],
-        }
-    )
+    document = {
+        "database": describe(url),
+        "in_sync": not drifts,
+        "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in drifts],
+    }
     if not drifts:
-        out.line(f"{describe(url)} matches the models at {schema.HEAD_REVISION}")
-        return EXIT_OK
-    out.line(f"{describe(url)} differs from the models:")
-    for drift in drifts:
-        out.line(f"  {drift}")
-    return EXIT_REFUSED
+        return Result(document, [f"{describe(url)} matches the models at {schema.HEAD_REVISION}"])
+    return Result(
+        document,
+        [f"{describe(url)} differs from the models:", *(f"  {drift}" for drift in drifts)],
+        code=EXIT_REFUSED,
+    )
 
 
-def run_copy(args: argparse.Namespace, out: Output) -> int:
+def configure_copy(actions: Any) -> None:
+    parser = command(
+        actions,
+        "copy",
+        run_copy,
+        help="copy sessions, messages and handoff events to another database (promotion)",
+        description="Copy every session, message, handoff state and audit event to the "
+        "database at --to (at head revision). Idempotent: rows already there and identical are "
+        "skipped; rows that differ stop the copy before anything is written unless --force. "
+        "Streams in batches and commits each, so an interrupted copy resumes when re-run. On a "
+        "terminal a progress line shows each table's rate and time left.",
+    )
+    add_option(parser, "--to", env="HERMES_STATE_COPY_TO", metavar="URL", help="target database")
+    add_option(
+        parser,
+        "--force",
+        env="HERMES_STATE_COPY_FORCE",
+        flag=True,
+        help="overwrite target rows that differ",
+    )
+    add_option(
+        parser,
+        "--batch-size",
+        env="HERMES_STATE_COPY_BATCH_SIZE",
+        kind=whole_number(1, 100_000),
+        default=2000,
+        metavar="N",
+        help="rows per batch (1 up to 100000; default 2000)",
+    )
+
+
+def run_copy(args: argparse.Namespace, out: Output) -> Result:
     from ..promotion import copy_database
 
-    if not args.to:
+    if not args.to or not args.to.strip():
         raise InvalidInputError("db copy needs --to URL (or HERMES_STATE_COPY_TO)")
     source = database_url(args, must_exist=True)
-    progress = _progress_bar(out.stderr) if out.stderr.isatty() and not out.as_json else None
     report = copy_database(
         source,
         resolve_url(args.to),
         force=args.force,
         batch_size=args.batch_size,
-        progress=progress,
+        progress=progress_line(out.stderr) if out.live else None,
     )
-    out.json(
-        {
-            "source": report.source,
-            "target": report.target,
-            "tables": [
-                {
-                    "table": table.table,
-                    "source_rows": table.source_rows,
-                    "copied": table.copied,
-                    "identical": table.identical,
-                    "overwritten": table.overwritten,
-                    "target_rows": table.target_rows,
-                }
-                for table in report.tables
-            ],
-        }
+    document = {
+        "source": report.source,
+        "target": report.target,
+        "tables": [
+            {
+                "table": table.table,
+                "source_rows": table.source_rows,
+                "copied": table.copied,
+                "identical": table.identical,
+                "overwritten": table.overwritten,
+                "target_rows": table.target_rows,
+            }
+            for table in report.tables
+        ],
+    }
+    table = Table(
+        ["TABLE", "SOURCE ROWS", "COPIED", "ALREADY THERE", "OVERWRITTEN", "TARGET ROWS"],
+        [
+            (t.table, t.source_rows, t.copied, t.identical, t.overwritten, t.target_rows)
+            for t in report.tables
+        ],
     )
-    out.line(f"copied {report.source} -> {report.target}")
-    for table in report.tables:
-        out.line(
-            f"  {table.table:<15} {table.source_rows:>9} rows: {table.copied} copied, "
-            f"{table.identical} already there, {table.overwritten} overwritten "
-            f"(target now {table.target_rows})"
-        )
-    return EXIT_OK
+    return Result(document, [f"copied {report.source} -> {report.target}", table], EXIT_OK)
 
 
-def _progress_bar(stream: Any) -> Any:
+def progress_line(
+    stream: TextIO, clock: Callable[[], float] = time.monotonic
+) -> Callable[[str, int, int], None]:
+    """A progress callback drawing one line per table: bar, rows, rate and time left."""
+    # The first report of a table (after its first batch) starts its clock.
+    started: dict[str, tuple[float, int]] = {}
+
     def show(table: str, done: int, total: int) -> None:
+        now = clock()
+        began, first = started.setdefault(table, (now, done))
         share = done / total if total else 1.0
         filled = int(share * 30)
         bar = "#" * filled + "-" * (30 - filled)
+        elapsed = now - began
+        rate = (done - first) / elapsed if elapsed > 0 else 0.0
+        left = f"{(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
+        speed = f"{rate:,.0f} rows/s" if rate > 0 else ""
         end = "\n" if done >= total else ""
-        print(f"\r{table:<15} [{bar}] {done:>9}/{total}", end=end, file=stream, flush=True)
+        print(
+            f"\r\x1b[K{table:<15} [{bar}] {done:>9}/{total}  {speed}  {left}".rstrip(),
+            end=end,
+            file=stream,
+            flush=True,
+        )
 
     return show

@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from . import EXIT_OK, Output, add_option, database_url, finite_number, positive_int, repeated
+from . import (
+    MAX_SECONDS,
+    Output,
+    Result,
+    add_option,
+    command,
+    database_url,
+    finite_number,
+    repeated,
+    whole_number,
+)
 
 logger = logging.getLogger("hermes_state.watch")
 
@@ -102,8 +112,10 @@ def _profile(text: str) -> tuple[str, Path]:
 
 
 def register(commands: Any) -> None:
-    watch = commands.add_parser(
+    watch = command(
+        commands,
         "watch",
+        run_watch,
         help="run a handoff watcher (a gateway)",
         description="Claim pending handoffs and deliver each one, until SIGINT or SIGTERM; "
         "then stop claiming, wait for deliveries in flight (--drain-timeout) and exit.",
@@ -129,7 +141,7 @@ def register(commands: Any) -> None:
         kind=SECONDS,
         default=2.0,
         metavar="S",
-        help="seconds between polls (default 2)",
+        help=f"seconds between polls (0 up to {MAX_SECONDS:g}; default 2)",
     )
     add_option(
         watch,
@@ -138,7 +150,8 @@ def register(commands: Any) -> None:
         kind=SECONDS,
         default=30.0,
         metavar="S",
-        help="on stop, seconds to wait for deliveries in flight (default 30)",
+        help=f"on stop, seconds to wait for deliveries in flight (0 up to {MAX_SECONDS:g}; "
+        "default 30)",
     )
     add_option(
         watch,
@@ -165,16 +178,17 @@ def register(commands: Any) -> None:
         default=60.0,
         metavar="S",
         help="how long a claim holds without renewal (renewed every third); another gateway "
-        "fails a row whose lease expired (default 60)",
+        f"fails a row whose lease expired (above 0 up to {MAX_SECONDS:g}; default 60)",
     )
     add_option(
         watch,
         "--max-concurrency",
         env="HERMES_STATE_MAX_CONCURRENCY",
-        kind=positive_int,
+        kind=whole_number(1, 1000),
         default=3,
         metavar="N",
-        help="deliveries in flight at once; the rest stay pending for other gateways (default 3)",
+        help="deliveries in flight at once; the rest stay pending for other gateways "
+        "(1 up to 1000; default 3)",
     )
     add_option(
         watch,
@@ -183,10 +197,9 @@ def register(commands: Any) -> None:
         flag=True,
         help="poll once, wait for the deliveries, and exit",
     )
-    watch.set_defaults(command_function=run_watch)
 
 
-def run_watch(args: argparse.Namespace, out: Output) -> int:
+def run_watch(args: argparse.Namespace, out: Output) -> Result:
     from gateway.run import GatewayRunner, default_owner
 
     from ..store import SessionDB
@@ -219,4 +232,4 @@ def run_watch(args: argparse.Namespace, out: Output) -> int:
 
     asyncio.run(runner.serve(ticks=1 if args.once else None))
     logger.info("watcher stopped")
-    return EXIT_OK
+    return Result({"stopped": True, "owner": store.owner, "database": store.where})
