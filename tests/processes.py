@@ -5,6 +5,8 @@
   ``eventually`` is the asyncio twin: it runs the check in a thread, as it may read a database.
 * ``cli_argv`` / ``run_cli``: ``hermes-state --url URL ...`` as a separate interpreter
   (``python -m hermes_state.cli``), to build a command line or to run one to its end.
+* ``CONSOLE`` / ``console``: the installed ``hermes-state`` console script itself, run to its
+  end with its output captured (``--url`` is not added: the test places every option).
 * ``Watcher``: a long-running ``hermes-state`` process (``watch``) whose log (stderr) is
   collected line by line as it comes.
 * ``kill_group`` / ``group_is_gone`` / ``read_pid``: process groups, such as the one each
@@ -30,9 +32,11 @@ from sqlalchemy.engine import URL
 
 __all__ = [
     "CLI",
+    "CONSOLE",
     "DEADLINE",
     "Watcher",
     "cli_argv",
+    "console",
     "eventually",
     "group_is_gone",
     "kill_group",
@@ -44,6 +48,8 @@ __all__ = [
 DEADLINE = 30.0  # seconds; only reached when something is broken
 POLL = 0.01  # seconds between two looks at a check
 CLI = [sys.executable, "-m", "hermes_state.cli"]
+#: The console script pip installed next to this interpreter.
+CONSOLE = str(Path(sys.executable).with_name("hermes-state"))
 
 
 # -- waiting -------------------------------------------------------------------------------------
@@ -87,6 +93,22 @@ def run_cli(
     captured; the exit code is the caller's to check."""
     return subprocess.run(
         cli_argv(url, *argv),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def console(
+    *argv: str, env: Mapping[str, str] | None = None, timeout: float = DEADLINE
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``hermes-state`` console script with exactly ``argv``, to its end, its output
+    captured; the exit code is the caller's to check."""
+    return subprocess.run(
+        [CONSOLE, *argv],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
