@@ -123,6 +123,7 @@ class Watcher:
 
     ``name`` is how failure messages call it; ``deadline`` bounds each of its waits. With
     ``own_group`` it leads a process group of its own, and ``kill`` kills that whole group.
+    With ``stdout_too`` its stdout is collected along with stderr, as one stream.
     """
 
     def __init__(
@@ -133,6 +134,7 @@ class Watcher:
         name: str = "the watcher",
         own_group: bool = False,
         deadline: float = DEADLINE,
+        stdout_too: bool = False,
     ) -> None:
         self.name = name
         self.own_group = own_group
@@ -141,13 +143,14 @@ class Watcher:
             argv,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE if stdout_too else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if stdout_too else subprocess.PIPE,
             text=True,
             start_new_session=own_group,
         )
         self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,))
+        stream = self.process.stdout if stdout_too else self.process.stderr
+        self._reader = threading.Thread(target=self._read, args=(stream,))
         self._reader.start()
 
     def _read(self, stream: IO[str] | None) -> None:
