@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from ..errors import (
     InvalidInputTypeError,
     NotADatabaseError,
 )
+from ..models import HandoffState
 
 if TYPE_CHECKING:
     from ..store import SessionDB
@@ -70,6 +72,7 @@ _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 MAX_ROWS: Final = 1_000_000
 #: The longest duration any option accepts, in seconds (one week).
 MAX_SECONDS: Final = 7 * 86400.0
+STATE_NAMES: Final = ", ".join(state.value for state in HandoffState)
 
 
 @dataclass
@@ -138,7 +141,7 @@ class Output:
     def one_line(self, text: str) -> str:
         """Driver messages span lines; an error is one line, naming the URL as it was typed."""
         flat = re.sub(r"\s+", " ", text).replace("?.", "?").strip()
-        if self.typed_url:
+        if self.typed_url and "://" in self.typed_url:
             try:
                 shown = describe(resolve_url(self.typed_url))
             except HermesStateError:
@@ -162,6 +165,22 @@ class Output:
                     print(line, file=self.stdout)
         if result.error:
             self.error(result.error)
+
+
+def local_time(epoch: object) -> object:
+    """Epoch seconds as local time for people; anything else as it is."""
+    if isinstance(epoch, int | float) and not isinstance(epoch, bool):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    return epoch
+
+
+def unknown_session(session_id: str) -> Result:
+    """The refusal of a command about a session that does not exist."""
+    return Result(
+        {"id": session_id, "error": "unknown session"},
+        code=EXIT_REFUSED,
+        error=f"no session {session_id!r}",
+    )
 
 
 def _mask_password(text: str) -> str:
@@ -210,7 +229,11 @@ def finite_number(
     return parse
 
 
-positive_int = whole_number(1)
+def state_name(text: str) -> str:
+    """An argparse type: the name of a handoff state."""
+    if text not in {state.value for state in HandoffState}:
+        raise argparse.ArgumentTypeError(f"unknown state {text!r}; expected one of {STATE_NAMES}")
+    return text
 
 
 def yes_no(name: str, raw: str | None) -> bool:

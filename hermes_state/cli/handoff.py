@@ -19,6 +19,7 @@ from . import (
     EXIT_TIMED_OUT,
     MAX_ROWS,
     MAX_SECONDS,
+    STATE_NAMES,
     Output,
     Result,
     Table,
@@ -26,7 +27,10 @@ from . import (
     command,
     finite_number,
     group,
+    local_time,
     open_store,
+    state_name,
+    unknown_session,
     whole_number,
 )
 
@@ -37,7 +41,6 @@ POLL_INTERVAL: Final = 0.5
 WITHDRAWN_ERROR: Final = (
     "Withdrawn by the requester (Ctrl-C while waiting) before a gateway claimed it."
 )
-STATE_NAMES: Final = ", ".join(state.value for state in HandoffState)
 TIMEOUT = finite_number("seconds", allow_zero=False)
 
 # Module attributes, so tests can drive time without waiting.
@@ -63,12 +66,6 @@ def register(commands: Any) -> None:
 
 
 # -- shared pieces -----------------------------------------------------------------------------
-
-
-def _state_name(text: str) -> str:
-    if text not in {state.value for state in HandoffState}:
-        raise argparse.ArgumentTypeError(f"unknown state {text!r}; expected one of {STATE_NAMES}")
-    return text
 
 
 def _describe(state: Mapping[str, Any]) -> str:
@@ -118,14 +115,6 @@ def _wait_options(parser: argparse.ArgumentParser, *, with_wait: bool) -> None:
         metavar="S",
         help=f"seconds to follow a claimed delivery before leaving it to its gateway "
         f"(above 0 up to {MAX_SECONDS:g}; default {RUNNING_PATIENCE:g})",
-    )
-
-
-def _unknown(session_id: str) -> Result:
-    return Result(
-        {"id": session_id, "error": "unknown session"},
-        code=EXIT_REFUSED,
-        error=f"no session {session_id!r}",
     )
 
 
@@ -268,7 +257,7 @@ def _follow(
     while True:
         row = db.get_session(session_id)
         if row is None:
-            return _unknown(session_id)
+            return unknown_session(session_id)
         now = monotonic()
         current = row["handoff_state"]
         document = {
@@ -362,7 +351,7 @@ def run_show(args: argparse.Namespace, out: Output) -> Result:
     with open_store(args, must_exist=True) as db:
         state = db.get_handoff_state(args.session_id)
     if state is None:
-        return _unknown(args.session_id)
+        return unknown_session(args.session_id)
     return Result({"id": args.session_id, **state}, [f"{args.session_id}: {_describe(state)}"])
 
 
@@ -372,7 +361,7 @@ def configure_list(actions: Any) -> None:
         parser,
         "--state",
         env="HERMES_STATE_LIST_STATE",
-        kind=_state_name,
+        kind=state_name,
         metavar="STATE",
         help=f"only this state: {STATE_NAMES}",
     )
@@ -431,7 +420,7 @@ def run_fail(args: argparse.Namespace, out: Output) -> Result:
         if args.dry_run:
             state = db.get_handoff_state(args.session_id)
             if state is None:
-                return _unknown(args.session_id)
+                return unknown_session(args.session_id)
             return _would(args.session_id, state["state"] in allowed, "fail", state)
         only_states = allowed if args.only_pending else None
         if db.fail_handoff(args.session_id, args.error, only_states=only_states):
@@ -441,7 +430,7 @@ def run_fail(args: argparse.Namespace, out: Output) -> Result:
             )
         state = db.get_handoff_state(args.session_id)
     if state is None:
-        return _unknown(args.session_id)
+        return unknown_session(args.session_id)
     return Result(
         {"id": args.session_id, "failed": False, **state},
         code=EXIT_REFUSED,
@@ -504,17 +493,10 @@ def _reclaim_preview(db: SessionDB, *, everything: bool) -> Result:
         text.append(
             Table(
                 ["SESSION", "OWNER", "LEASE EXPIRES"],
-                [(r["id"], r["owner"], _when(r["lease_expires_at"])) for r in leased],
+                [(r["id"], r["owner"], local_time(r["lease_expires_at"])) for r in leased],
             )
         )
     return Result(document, text)
-
-
-def _when(epoch: object) -> object:
-    """Epoch seconds as local time for people; anything else as it is."""
-    if isinstance(epoch, int | float) and not isinstance(epoch, bool):
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
-    return epoch
 
 
 def configure_retry(actions: Any) -> None:
@@ -543,7 +525,7 @@ def run_retry(args: argparse.Namespace, out: Output) -> Result:
         if args.dry_run:
             state = db.get_handoff_state(args.session_id)
             if state is None:
-                return _unknown(args.session_id)
+                return unknown_session(args.session_id)
             return _would(args.session_id, state["state"] == HandoffState.FAILED, "retry", state)
         if db.retry_handoff(args.session_id, args.platform):
             if args.wait:
@@ -555,7 +537,7 @@ def run_retry(args: argparse.Namespace, out: Output) -> Result:
             )
         state = db.get_handoff_state(args.session_id)
     if state is None:
-        return _unknown(args.session_id)
+        return unknown_session(args.session_id)
     return Result(
         {"id": args.session_id, "requested": False, **state},
         code=EXIT_REFUSED,
@@ -578,7 +560,7 @@ def run_history(args: argparse.Namespace, out: Output) -> Result:
         events = db.handoff_history(args.session_id)
         known = events or db.get_handoff_state(args.session_id) is not None
     if not known:
-        return _unknown(args.session_id)
+        return unknown_session(args.session_id)
     if not events:
         return Result(events, [f"no recorded handoff events for {args.session_id!r}"])
     return Result(events, [events_table(events)])
@@ -589,7 +571,7 @@ def events_table(events: list[dict[str, Any]]) -> Table:
         ["WHEN", "FROM", "TO", "BY", "ATTEMPT", "DETAIL"],
         [
             (
-                _when(event["at"]),
+                local_time(event["at"]),
                 event["from_state"],
                 event["to_state"],
                 event["actor"],

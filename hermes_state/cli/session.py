@@ -10,16 +10,20 @@ from typing import Any, Final
 from . import (
     EXIT_OK,
     MAX_ROWS,
+    STATE_NAMES,
     Output,
     Result,
     Table,
     add_option,
     command,
     group,
+    local_time,
     open_store,
+    state_name,
+    unknown_session,
     whole_number,
 )
-from .handoff import STATE_NAMES, _state_name, _unknown, _when, events_table
+from .handoff import events_table
 
 #: How many of its latest audit events `session show` prints.
 SHOWN_EVENTS: Final = 10
@@ -104,7 +108,7 @@ def configure_list(actions: Any) -> None:
         parser,
         "--handoff-state",
         env="HERMES_STATE_LIST_HANDOFF_STATE",
-        kind=_state_name,
+        kind=state_name,
         metavar="STATE",
         help=f"only sessions whose handoff is in this state: {STATE_NAMES}",
     )
@@ -144,7 +148,7 @@ def run_list(args: argparse.Namespace, out: Output) -> Result:
             (
                 row["id"],
                 row["source"],
-                _when(row["started_at"]),
+                local_time(row["started_at"]),
                 row["handoff_state"],
                 row["handoff_platform"],
                 row["title"],
@@ -169,7 +173,7 @@ def run_show(args: argparse.Namespace, out: Output) -> Result:
     with open_store(args, must_exist=True) as db:
         row = db.get_session(args.session_id)
         if row is None:
-            return _unknown(args.session_id)
+            return unknown_session(args.session_id)
         handoff = db.get_handoff_state(args.session_id)
         events = db.handoff_history(args.session_id)[-SHOWN_EVENTS:]
         message_count = len(db.get_messages(args.session_id))
@@ -181,7 +185,10 @@ def run_show(args: argparse.Namespace, out: Output) -> Result:
     }
     fields = Table(
         ["FIELD", "VALUE"],
-        [(name, _when(value) if name.endswith("_at") else value) for name, value in row.items()],
+        [
+            (name, local_time(value) if name.endswith("_at") else value)
+            for name, value in row.items()
+        ],
     )
     text: list[str | Table] = [fields, f"messages: {message_count}"]
     text.append(events_table(events) if events else "no recorded handoff events")
@@ -201,12 +208,12 @@ def configure_messages(actions: Any) -> None:
 def run_messages(args: argparse.Namespace, out: Output) -> Result:
     with open_store(args, must_exist=True) as db:
         if db.get_session(args.session_id) is None:
-            return _unknown(args.session_id)
+            return unknown_session(args.session_id)
         messages = db.get_messages(args.session_id)
     if not messages:
         return Result(messages, [f"no messages in {args.session_id!r}"])
     table = Table(
         ["ID", "WHEN", "ROLE", "CONTENT"],
-        [(m["id"], _when(m.get("timestamp")), m["role"], m["content"]) for m in messages],
+        [(m["id"], local_time(m.get("timestamp")), m["role"], m["content"]) for m in messages],
     )
     return Result(messages, [table])
