@@ -84,12 +84,17 @@ class Table:
 
     def lines(self) -> list[str]:
         cells = [[str(h) for h in self.header]]
-        cells += [["-" if cell is None else str(cell) for cell in row] for row in self.rows]
+        cells += [["-" if cell is None else _flat(str(cell)) for cell in row] for row in self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.header))]
         return [
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             for row in cells
         ]
+
+
+def _flat(text: str) -> str:
+    """A table cell on one line: line breaks shown as ``\\n``."""
+    return text.replace("\r\n", "\n").replace("\n", "\\n")
 
 
 @dataclass

@@ -200,7 +200,8 @@ def configure_messages(actions: Any) -> None:
         actions,
         "messages",
         run_messages,
-        help="the transcript of SESSION_ID (what a handoff carries), oldest first",
+        help="the transcript of SESSION_ID (what a handoff carries), oldest first: each "
+        "message's id, time and role, then its content indented",
     )
     parser.add_argument("session_id", metavar="SESSION_ID")
 
@@ -212,8 +213,9 @@ def run_messages(args: argparse.Namespace, out: Output) -> Result:
         messages = db.get_messages(args.session_id)
     if not messages:
         return Result(messages, [f"no messages in {args.session_id!r}"])
-    table = Table(
-        ["ID", "WHEN", "ROLE", "CONTENT"],
-        [(m["id"], local_time(m.get("timestamp")), m["role"], m["content"]) for m in messages],
-    )
-    return Result(messages, [table])
+    text: list[str | Table] = []
+    for message in messages:
+        when = local_time(message.get("timestamp"))
+        text.append(f"#{message['id']}  {when}  {message['role']}")
+        text += [f"    {line}" for line in str(message["content"] or "").splitlines() or [""]]
+    return Result(messages, text)
