@@ -637,6 +637,17 @@ def test_every_writing_command_has_dry_run() -> None:
         assert "--dry-run" in run(*where, "--help").stdout, where
 
 
+def test_dry_run_creates_no_database(path: Path) -> None:
+    created = run("session", "create", "s1", "--dry-run", "--url", str(path))
+    assert created.returncode == 0, created.stderr
+    assert created.stdout == f"dry run: would have created {path} and session 's1'\n"
+    for argv in (("handoff", "request", "s1", "p"), ("handoff", "retry", "s1")):
+        refused = run(*argv, "--dry-run", "--url", str(path))
+        assert refused.returncode == 1
+        assert "there is no database" in refused.stderr
+    assert not path.exists()
+
+
 def test_reclaim_dry_run_names_live_leases_and_the_option(path: Path, db: SessionDB) -> None:
     db.create_session("mine", "cli")
     db.request_handoff("mine", "slack")

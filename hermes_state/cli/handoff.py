@@ -139,7 +139,7 @@ def configure_request(actions: Any) -> None:
 
 
 def run_request(args: argparse.Namespace, out: Output) -> Result:
-    with open_store(args) as db:
+    with open_store(args, must_exist=args.dry_run) as db:
         if args.dry_run:
             state = db.get_handoff_state(args.session_id)
             if state is None:
@@ -521,7 +521,7 @@ def configure_retry(actions: Any) -> None:
 
 
 def run_retry(args: argparse.Namespace, out: Output) -> Result:
-    with open_store(args) as db:
+    with open_store(args, must_exist=args.dry_run) as db:
         if args.dry_run:
             state = db.get_handoff_state(args.session_id)
             if state is None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
+from ..engine import is_sqlite
 from . import (
     EXIT_OK,
     MAX_ROWS,
@@ -16,6 +18,7 @@ from . import (
     Table,
     add_option,
     command,
+    database_url,
     group,
     local_time,
     open_store,
@@ -59,6 +62,12 @@ def configure_create(actions: Any) -> None:
 
 
 def run_create(args: argparse.Namespace, out: Output) -> Result:
+    url = database_url(args)
+    if args.dry_run and is_sqlite(url) and url.database and not Path(url.database).exists():
+        return Result(
+            {"id": args.session_id, "created": True, "dry_run": True, "new_database": True},
+            [f"dry run: would have created {url.database} and session {args.session_id!r}"],
+        )
     with open_store(args) as db:
         existed = db.get_session(args.session_id) is not None
         if not args.dry_run:
