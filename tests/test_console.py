@@ -185,6 +185,19 @@ def test_every_command_prints_one_json_document(path: Path, db: SessionDB) -> No
         assert isinstance(document, dict | list), argv
 
 
+def test_an_error_is_a_json_document_too(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    result = run("handoff", "list", "--url", str(missing), "--json")
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["exit_code"] == 1
+    assert document["error"].startswith(f"there is no database at {missing}")
+    assert result.stderr == f"hermes-state: {document['error']}\n"
+    bad = run("handoff", "list", "--json", env={"HERMES_STATE_VERBOSE": "maybe"})
+    assert bad.returncode == 2
+    assert json.loads(bad.stdout)["exit_code"] == 2
+
+
 def test_tables_have_a_header_row(path: Path, db: SessionDB) -> None:
     put(db, "s1", "pending")
     for argv, header in [

@@ -480,8 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_environment(args)
     except InvalidInputError as exc:
-        out.error(str(exc))
-        return EXIT_BAD_INPUT
+        return _failed(out, str(exc), EXIT_BAD_INPUT)
     out.typed_url = args.url
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -495,25 +494,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = command_function(args, out)
     except (InvalidInputError, InvalidInputTypeError, NotADatabaseError) as exc:
-        out.error(str(exc))
-        return EXIT_BAD_INPUT
+        return _failed(out, str(exc), EXIT_BAD_INPUT)
     except HermesStateError as exc:
-        out.error(str(exc))
-        return EXIT_REFUSED
+        return _failed(out, str(exc), EXIT_REFUSED)
     except KeyboardInterrupt:
-        out.error("interrupted")
-        return EXIT_INTERRUPTED
+        return _failed(out, "interrupted", EXIT_INTERRUPTED)
     except Exception as exc:
         if _debug():
             traceback.print_exc(file=stderr)
-        else:
-            out.error(
-                f"unexpected {type(exc).__name__}: {exc} "
-                f"(a bug: please report it; {DEBUG_ENV}=1 shows the traceback)"
-            )
-        return EXIT_REFUSED
+            return EXIT_REFUSED
+        return _failed(
+            out,
+            f"unexpected {type(exc).__name__}: {exc} "
+            f"(a bug: please report it; {DEBUG_ENV}=1 shows the traceback)",
+            EXIT_REFUSED,
+        )
     out.emit(result)
     return result.code
+
+
+def _failed(out: Output, message: str, code: int) -> int:
+    """A command that could not build its result: the error is its document."""
+    out.emit(Result({"error": out.one_line(message), "exit_code": code}, code=code, error=message))
+    return code
 
 
 def _debug() -> bool:
