@@ -81,7 +81,8 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
     """A URL from an explicit URL or path, else ``HERMES_STATE_URL``, else the default file.
 
     Anything without ``://`` is a path to an SQLite file. A URL without a driver gets the one
-    hermes-state depends on (``postgresql://`` becomes ``postgresql+psycopg://``).
+    hermes-state depends on (``postgresql://`` becomes ``postgresql+psycopg://``), and
+    ``postgres://``, the spelling many hosting providers hand out, means ``postgresql://``.
     """
     if target is None:
         target = os.environ.get(ENV_URL) or default_db_path()

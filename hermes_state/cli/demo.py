@@ -41,22 +41,6 @@ FIRST_GATEWAY_COMMAND = (
 )
 
 
-def register(commands: Any) -> None:
-    demo = command(
-        commands,
-        "demo",
-        run_demo,
-        help="show the handoff life cycle on a temporary database (a few seconds)",
-    )
-    add_option(
-        demo,
-        "--keep",
-        env="HERMES_STATE_DEMO_KEEP",
-        flag=True,
-        help="keep the temporary database and print its path",
-    )
-
-
 def _wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -75,6 +59,26 @@ def _table(db: SessionDB, out: Output) -> None:
         assert state is not None
         error = state["error"] or ""
         out.narrate(f"    {sid:<9}{state['state'] or '-':<11}{state['platform'] or '-':<10}{error}")
+
+
+def register(commands: Any) -> None:
+    configure_demo(commands)
+
+
+def configure_demo(commands: Any) -> None:
+    demo = command(
+        commands,
+        "demo",
+        run_demo,
+        help="show the handoff life cycle on a temporary database (a few seconds)",
+    )
+    add_option(
+        demo,
+        "--keep",
+        env="HERMES_STATE_DEMO_KEEP",
+        flag=True,
+        help="keep the temporary database and print its path",
+    )
 
 
 def run_demo(args: argparse.Namespace, out: Output) -> Result:
@@ -190,4 +194,4 @@ def _second_gateway(db: SessionDB, delivered: list[str]) -> GatewayRunner:
     return GatewayRunner(store, deliver, interval=0.05, drain_timeout=5.0)
 
 
-__all__ = ["register", "run_demo"]
+__all__ = ["configure_demo", "register", "run_demo"]

@@ -112,6 +112,10 @@ def _profile(text: str) -> tuple[str, Path]:
 
 
 def register(commands: Any) -> None:
+    configure_watch(commands)
+
+
+def configure_watch(commands: Any) -> None:
     watch = command(
         commands,
         "watch",
