@@ -150,7 +150,7 @@ def test_every_command_has_json() -> None:
     assert "--json" in run("handoff", "wait", "--help").stdout
 
 
-def test_every_command_prints_one_json_document(path: Path, db: SessionDB) -> None:
+def test_every_command_prints_one_json_document(path: Path, db: SessionDB, tmp_path: Path) -> None:
     put(db, "s1", "failed")
     db.append_message("s1", "user", "hello")
     url = ("--url", str(path))
@@ -176,6 +176,7 @@ def test_every_command_prints_one_json_document(path: Path, db: SessionDB) -> No
         ("handoff", "retry", "s2"),
         ("handoff", "wait", "s1"),  # failed: the document says so, exit 1
         ("watch", "--once", "--exec", "cat > /dev/null"),
+        ("db", "copy", "--to", str(tmp_path / "copy.db")),
         ("db", "downgrade", "head"),
     ]
     for argv in runs:
