@@ -139,7 +139,12 @@ def configure_request(actions: Any) -> None:
 
 
 def run_request(args: argparse.Namespace, out: Output) -> Result:
-    with open_store(args, must_exist=args.dry_run) as db:
+    # Ctrl-C is caught from before the request, so one pressed while it commits withdraws it.
+    interrupted = Interrupted()
+    with (
+        open_store(args, must_exist=args.dry_run) as db,
+        interrupted.caught(args.wait and not args.dry_run),
+    ):
         if args.dry_run:
             state = db.get_handoff_state(args.session_id)
             if state is None:
@@ -148,7 +153,7 @@ def run_request(args: argparse.Namespace, out: Output) -> Result:
             return _would(args.session_id, would, "request", state)
         if db.request_handoff(args.session_id, args.platform):
             if args.wait:
-                return follow(db, args.session_id, args, out, withdraw_on_interrupt=True)
+                return follow(db, args.session_id, args, out, interrupted, withdraw=True)
             return Result(
                 {"id": args.session_id, "requested": True, "platform": args.platform},
                 [f"handoff of {args.session_id!r} to {args.platform} requested"],
@@ -201,11 +206,12 @@ def configure_wait(actions: Any) -> None:
 
 
 def run_wait(args: argparse.Namespace, out: Output) -> Result:
-    with open_store(args, must_exist=True) as db:
-        return follow(db, args.session_id, args, out, withdraw_on_interrupt=False)
+    interrupted = Interrupted()
+    with open_store(args, must_exist=True) as db, interrupted.caught(True):
+        return follow(db, args.session_id, args, out, interrupted, withdraw=False)
 
 
-class _Interrupted:
+class Interrupted:
     """Turns SIGINT into a flag the waiting loop reads between two polls, so that Ctrl-C
     never lands in the middle of a database call."""
 
@@ -213,10 +219,15 @@ class _Interrupted:
         self.seen = False
 
     @contextmanager
-    def installed(self) -> Iterator[None]:
+    def caught(self, active: bool) -> Iterator[None]:
+        """While inside, SIGINT sets :attr:`seen` (when ``active``; else it stays Python's)."""
+
         def note(_signum: int, _frame: object) -> None:
             self.seen = True
 
+        if not active:
+            yield
+            return
         try:
             previous = signal.signal(signal.SIGINT, note)
         except ValueError:  # not the main thread: Ctrl-C cannot reach this waiter anyway
@@ -233,25 +244,13 @@ def follow(
     session_id: str,
     args: argparse.Namespace,
     out: Output,
+    interrupted: Interrupted,
     *,
-    withdraw_on_interrupt: bool,
+    withdraw: bool,
 ) -> Result:
     """Follow a handoff to its outcome: waiting for a gateway -> claimed by OWNER -> delivered
-    or failed; bounded by the two timeouts; Ctrl-C withdraws a still-pending request (when
-    ``withdraw_on_interrupt``) and otherwise leaves it as it stands."""
-    interrupted = _Interrupted()
-    with interrupted.installed():
-        return _follow(db, session_id, args, out, interrupted, withdraw_on_interrupt)
-
-
-def _follow(
-    db: SessionDB,
-    session_id: str,
-    args: argparse.Namespace,
-    out: Output,
-    interrupted: _Interrupted,
-    withdraw_on_interrupt: bool,
-) -> Result:
+    or failed; bounded by the two timeouts. Once ``interrupted`` (Ctrl-C), a still-pending
+    request is withdrawn when ``withdraw``, and anything else is left as it stands."""
     started = monotonic()
     claimed_at: float | None = None
     while True:
@@ -287,7 +286,7 @@ def _follow(
                 "`hermes-state handoff request`",
             )
         if interrupted.seen:
-            return _interrupted(db, session_id, document, withdraw_on_interrupt)
+            return _interrupted(db, session_id, document, withdraw)
         if current == HandoffState.PENDING:
             if now - started >= args.pending_timeout:
                 error = (
@@ -521,7 +520,11 @@ def configure_retry(actions: Any) -> None:
 
 
 def run_retry(args: argparse.Namespace, out: Output) -> Result:
-    with open_store(args, must_exist=args.dry_run) as db:
+    interrupted = Interrupted()
+    with (
+        open_store(args, must_exist=args.dry_run) as db,
+        interrupted.caught(args.wait and not args.dry_run),
+    ):
         if args.dry_run:
             state = db.get_handoff_state(args.session_id)
             if state is None:
@@ -529,7 +532,7 @@ def run_retry(args: argparse.Namespace, out: Output) -> Result:
             return _would(args.session_id, state["state"] == HandoffState.FAILED, "retry", state)
         if db.retry_handoff(args.session_id, args.platform):
             if args.wait:
-                return follow(db, args.session_id, args, out, withdraw_on_interrupt=True)
+                return follow(db, args.session_id, args, out, interrupted, withdraw=True)
             platform = (db.get_handoff_state(args.session_id) or {}).get("platform")
             return Result(
                 {"id": args.session_id, "requested": True, "platform": platform},
