@@ -32,6 +32,9 @@ BENCHMARKS: Final = (
     "wakeup",
     "open_cost",
     "copy_memory",
+    "transitions",
+    "drain",
+    "dashboard",
 )
 
 Runner = Callable[[bool], list[Result]]

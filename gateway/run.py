@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +236,7 @@ async def _deliver(runner: Any, db: Any, row: Row, profile_name: str | None) -> 
     """
     session_id = row["id"]
     process = runner._process_handoff
+    started = time.monotonic()  # metrics (issue 14)
     try:
         if _accepts_profile(process):
             await process(row, profile_name)
@@ -242,14 +244,27 @@ async def _deliver(runner: Any, db: Any, row: Row, profile_name: str | None) -> 
             await process(row)
     except asyncio.CancelledError:
         logger.warning("delivery of %s cancelled; it stays running until reclaimed", session_id)
+        _metric(runner, "delivered", "cancelled", time.monotonic() - started)  # metrics (issue 14)
         raise
     except Exception as exc:
         error = str(exc) or type(exc).__name__
         logger.info("handoff %s failed: %s", session_id, error)
-        await _record_outcome(db.fail_handoff(session_id, error), session_id, "failure")
+        recorded = await _record_outcome(db.fail_handoff(session_id, error), session_id, "failure")
+        outcome = "failed" if recorded else "discarded"
+        _metric(runner, "delivered", outcome, time.monotonic() - started)  # metrics (issue 14)
         return
     if await _record_outcome(db.complete_handoff(session_id), session_id, "completion"):
         logger.info("handoff %s completed", session_id)
+        _metric(runner, "delivered", "completed", time.monotonic() - started)  # metrics (issue 14)
+    else:
+        _metric(runner, "delivered", "discarded", time.monotonic() - started)  # metrics (issue 14)
+
+
+def _metric(runner: Any, name: str, *args: Any) -> None:
+    """metrics (issue 14): report to the runner's ``WatcherMetrics`` when it has one."""
+    metrics = getattr(runner, "_metrics", None)
+    if metrics is not None:
+        getattr(metrics, name)(*args)
 
 
 async def _record_outcome(write: Awaitable[Any], session_id: str, what: str) -> bool:
@@ -333,6 +348,7 @@ async def _claim_pending(
         logger.info(
             "claimed %s for %s (%s)", row["id"], row.get("handoff_platform"), profile_name or "root"
         )
+        _metric(runner, "claimed", row)  # metrics (issue 14)
         task = asyncio.ensure_future(_deliver(runner, db, row, profile_name))
         in_flight[key] = task
         task.add_done_callback(functools.partial(_forget, runner, in_flight, key))
@@ -455,6 +471,7 @@ class GatewayRunner:
         interval: float = 2.0,
         drain_timeout: float = 30.0,
         max_concurrency: int | None = DEFAULT_MAX_CONCURRENCY,
+        metrics: Any = None,
     ) -> None:
         if handler is None:
             raise TypeError("GatewayRunner needs a handler: handler(row, profile_name)")
@@ -468,6 +485,7 @@ class GatewayRunner:
         self._handoff_max_concurrency = max_concurrency
         self._handoff_wakeup = asyncio.Event()
         self._running: Any = False
+        self._metrics = metrics  # metrics (issue 14): a hermes_state.metrics.WatcherMetrics
 
     @property
     def _session_db(self) -> Any:
@@ -494,6 +512,7 @@ class GatewayRunner:
         keeper = _start_lease_keeper(self, scopes, in_flight)
         try:
             while self._running:
+                tick_started = time.monotonic()  # metrics (issue 14)
                 for profile_name, home in scopes:
                     if home is not None and not await _scope_is_busy(home):
                         continue
@@ -506,6 +525,7 @@ class GatewayRunner:
                             profile_name or "the root store",
                             exc_info=True,
                         )
+                _metric(self, "ticked", time.monotonic() - tick_started)  # metrics (issue 14)
                 await _pause(self, interval)
         finally:
             await _drain(in_flight, drain_timeout)  # leases are still renewed while draining

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .engine import READ_ONLY, is_sqlite, make_async_engine
 from .errors import raise_translated
-from .execution import WriteConnection, next_retry_delay, outcome_of
+from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
 from .repository import Body, Plan, Row
 from .schema import bring_current, current_revision
 from .statements import Capabilities, ReclaimScope
@@ -30,13 +30,16 @@ __all__ = ["NativeAsyncSessionDB"]
 T = TypeVar("T")
 
 
-async def drive(body: Body[Any], connection: AsyncConnection) -> Any:
-    """Execute each step a plan yields on ``connection`` and return what the plan returns."""
+async def drive(body: Body[Any], connection: AsyncConnection, *, single: bool = False) -> Any:
+    """Execute each step a plan yields on ``connection`` and return what the plan returns;
+    with ``single`` (autocommit), refuse a second step."""
     try:
         step = next(body)
         while True:
             result = await connection.execute(step.statement, step.params)
             step = body.send(outcome_of(result, step))
+            if single:
+                refuse_second_statement(step)
     except StopIteration as stop:
         return stop.value
 
@@ -118,8 +121,13 @@ class NativeAsyncSessionDB(StoreSettings):
     async def _run(self, plan: Plan[T]) -> T:
         caps = await self._ready()
 
+        autocommit = plan.single_statement and caps.single_statement
+
         async def attempt() -> Any:
             async with self._engine.connect() as connection:
+                if autocommit:  # one statement, its own transaction (see execution.py)
+                    await connection.execution_options(isolation_level="AUTOCOMMIT")
+                    return await drive(plan.start(caps), connection, single=True)
                 await connection.execution_options(**{READ_ONLY: not plan.writes})
                 async with connection.begin():
                     return await drive(plan.start(caps), connection)
@@ -146,8 +154,10 @@ class NativeAsyncSessionDB(StoreSettings):
     async def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
         return await self.create_session(session_id, source, **fields)
 
-    async def append_message(self, session_id: str, role: str, content: str | None) -> int:
-        return await self._run(self._plans.append_message(session_id, role, content))
+    async def append_message(
+        self, session_id: str, role: str, content: str | None = None, **fields: Any
+    ) -> int:
+        return await self._run(self._plans.append_message(session_id, role, content, fields))
 
     async def get_messages(self, session_id: str) -> list[Row]:
         return await self._run(self._plans.get_messages(session_id))
@@ -163,6 +173,9 @@ class NativeAsyncSessionDB(StoreSettings):
     async def claim_handoff(self, session_id: str) -> bool:
         return await self._run(self._plans.claim_handoff(session_id))
 
+    async def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
+        return await self._run(self._plans.claim_pending_handoffs(limit, platform))
+
     async def complete_handoff(self, session_id: str) -> bool:
         return await self._run(self._plans.complete_handoff(session_id))
 
@@ -170,6 +183,12 @@ class NativeAsyncSessionDB(StoreSettings):
         self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
     ) -> bool:
         return await self._run(self._plans.fail_handoff(session_id, error, only_states))
+
+    async def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]:
+        return await self._run(self._plans.complete_handoffs(session_ids))
+
+    async def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
+        return await self._run(self._plans.fail_handoffs(errors))
 
     async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         return await self._run(self._plans.renew_handoff_leases(session_ids))
@@ -202,9 +221,26 @@ class NativeAsyncSessionDB(StoreSettings):
         return await self._run(self._plans.list_pending_handoffs())
 
     async def list_handoffs(
-        self, state: str | None = None, *, limit: int | None = None
+        self,
+        state: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        search: str | None = None,
     ) -> list[Row]:
-        return await self._run(self._plans.list_handoffs(state, limit))
+        return await self._run(self._plans.list_handoffs(state, limit, after, search))
+
+    async def get_session(self, session_id: str) -> Row | None:
+        return await self._run(self._plans.get_session(session_id))
+
+    async def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
+        return await self._run(self._plans.handoff_events_after(after, limit))
+
+    async def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]:
+        return await self._run(self._plans.recent_handoff_failures(limit))
+
+    async def last_handoff_event_id(self) -> int:
+        return await self._run(self._plans.last_handoff_event_id())
 
     async def list_sessions(
         self,
@@ -215,9 +251,6 @@ class NativeAsyncSessionDB(StoreSettings):
         limit: int | None = None,
     ) -> list[Row]:
         return await self._run(self._plans.list_sessions(source, handoff_state, since, limit))
-
-    async def get_session(self, session_id: str) -> Row | None:
-        return await self._run(self._plans.get_session(session_id))
 
     async def has_pending_handoffs(self) -> bool:
         return await self._run(self._plans.has_pending_handoffs())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import select
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 if TYPE_CHECKING:
@@ -211,12 +212,40 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True) -> Engine:
         )
         _install_sqlite_listeners(engine, enforce_foreign_keys=enforce_foreign_keys)
         return engine
+    if url.get_backend_name() == "postgresql":
+        # No pool_pre_ping here: its SELECT 1 would double the round trips of a transition
+        # (one statement in autocommit). The checkout check below costs no round trip.
+        engine = create_engine(
+            url, isolation_level="READ COMMITTED", execution_options=_EXECUTION_OPTIONS
+        )
+        event.listen(engine, "checkout", _refuse_connections_the_server_closed)
+        return engine
     return create_engine(
         url,
         pool_pre_ping=True,
         isolation_level="READ COMMITTED",
         execution_options=_EXECUTION_OPTIONS,
     )
+
+
+def _refuse_connections_the_server_closed(
+    dbapi_connection: Any, _record: ConnectionPoolEntry, _proxy: Any
+) -> None:
+    """Replace a pooled psycopg connection the server closed while it sat idle.
+
+    An idle connection gets no data from the server unless it is going away: a terminated
+    backend or a server shutting down sends its FATAL message and closes the socket. So a
+    socket with input waiting (or already closed) is a dead connection, found without a round
+    trip; raising DisconnectionError makes the pool discard it and check out another.
+    """
+    if dbapi_connection.closed or _has_input(dbapi_connection.fileno()):
+        raise DisconnectionError("the server closed this pooled connection while it was idle")
+
+
+def _has_input(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def make_async_engine(url: URL) -> AsyncEngine:

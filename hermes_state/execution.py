@@ -42,6 +42,7 @@ __all__ = [
     "drive",
     "next_retry_delay",
     "outcome_of",
+    "refuse_second_statement",
 ]
 
 T = TypeVar("T")
@@ -65,6 +66,29 @@ def drive(body: Body[Any], execute: Callable[[Step], Outcome]) -> Any:
             step = body.send(execute(step))
     except StopIteration as stop:
         return stop.value
+
+
+def refuse_second_statement(step: Step) -> None:
+    """Called when a plan run in autocommit yields another step after its first: a bug, since
+    the second statement would not share the first one's transaction (a plan that needs two
+    says ``single_statement=False``)."""
+    raise RuntimeError(f"a single-statement plan sent a second statement: {step.statement}")
+
+
+def _only_one(
+    connection: Connection, execute: Callable[[Connection, Step], Outcome]
+) -> Callable[[Step], Outcome]:
+    """``execute`` for a plan run in autocommit: runs its first step, refuses any other."""
+    sent = False
+
+    def execute_one(step: Step) -> Outcome:
+        nonlocal sent
+        if sent:
+            refuse_second_statement(step)
+        sent = True
+        return execute(connection, step)
+
+    return execute_one
 
 
 def outcome_of(result: CursorResult[Any], step: Step) -> Outcome:
@@ -135,8 +159,14 @@ class PooledRunner:
         return outcome_of(connection.execute(step.statement, step.params), step)
 
     def run(self, plan: Plan[T]) -> T:
+        autocommit = plan.single_statement and self._caps.single_statement
+
         def attempt() -> Any:
             with self._engine.connect() as connection:
+                if autocommit:
+                    # The one statement is its own transaction: no BEGIN, no COMMIT.
+                    connection.execution_options(isolation_level="AUTOCOMMIT")
+                    return drive(plan.start(self._caps), _only_one(connection, self._execute))
                 connection.execution_options(**{READ_ONLY: not plan.writes})
                 with connection.begin():
                     return drive(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .models import metadata
 from .schema import VERSION_TABLE
@@ -12,7 +12,13 @@ if TYPE_CHECKING:
     from sqlalchemy import Column
     from sqlalchemy.types import TypeEngine
 
-__all__ = ["context_options", "describe_diffs", "include_object", "table_options"]
+__all__ = [
+    "context_options",
+    "describe_diffs",
+    "include_object",
+    "modified_column",
+    "table_options",
+]
 
 
 def table_options(dialect: Any) -> dict[str, str]:
@@ -127,10 +133,33 @@ def _is_sqlite_primary_key_nullability(diff: tuple[Any, ...], dialect_name: str)
     return table is not None and column_name in table.c and table.c[column_name].primary_key
 
 
-def describe_diffs(diffs: list[Any], dialect_name: str) -> list[tuple[str, str]]:
-    """Each difference in words, leaving out what is not drift (see above)."""
-    return [
-        describe_diff(diff)
+@overload
+def describe_diffs(
+    diffs: list[Any], dialect_name: str, *, with_diffs: Literal[False] = False
+) -> list[tuple[str, str]]: ...
+
+
+@overload
+def describe_diffs(
+    diffs: list[Any], dialect_name: str, *, with_diffs: Literal[True]
+) -> list[tuple[tuple[Any, ...], tuple[str, str]]]: ...
+
+
+def describe_diffs(diffs: list[Any], dialect_name: str, *, with_diffs: bool = False) -> Any:
+    """Each difference in words, leaving out what is not drift (see above); ``with_diffs``
+    pairs each with Alembic's own entry."""
+    kept = [
+        diff
         for diff in _flatten(diffs)
         if not _is_sqlite_primary_key_nullability(diff, dialect_name)
     ]
+    if with_diffs:
+        return [(diff, describe_diff(diff)) for diff in kept]
+    return [describe_diff(diff) for diff in kept]
+
+
+def modified_column(diff: tuple[Any, ...]) -> tuple[str, str] | None:
+    """(table, column) of a changed column (type, nullability, default); None for the rest."""
+    if str(diff[0]).startswith("modify_"):
+        return str(diff[2]), str(diff[3])
+    return None

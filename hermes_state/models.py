@@ -18,7 +18,8 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.mysql import LONGTEXT
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.ext.asyncio import AsyncAttrs
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 __all__ = [
     "ERROR_LIMIT",
@@ -66,7 +67,10 @@ class HandoffState(enum.StrEnum):
 REQUESTABLE_STATES: Final = (None, HandoffState.COMPLETED, HandoffState.FAILED)
 
 
-class Base(DeclarativeBase):
+class Base(AsyncAttrs, DeclarativeBase):
+    """Declarative base; ``AsyncAttrs`` lets async code await a lazy attribute
+    (``await session.awaitable_attrs.messages``)."""
+
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
@@ -120,6 +124,33 @@ class Session(Base):
     handoff_lease_expires_at: Mapped[float | None] = mapped_column(Double)
     handoff_attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
 
+    # Upstream hermes-agent's columns (its create_session and per-message counters write them),
+    # with its defaults. Nullable like upstream's, so its own writers and adopted files agree.
+    model_config: Mapped[str | None] = mapped_column(_LongText)
+    system_prompt: Mapped[str | None] = mapped_column(_LongText)
+    message_count: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    tool_call_count: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    input_tokens: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    output_tokens: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    cache_read_tokens: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    cache_write_tokens: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    reasoning_tokens: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    billing_provider: Mapped[str | None] = mapped_column(Text)
+    billing_base_url: Mapped[str | None] = mapped_column(Text)
+    billing_mode: Mapped[str | None] = mapped_column(Text)
+    estimated_cost_usd: Mapped[float | None] = mapped_column(Double)
+    actual_cost_usd: Mapped[float | None] = mapped_column(Double)
+    cost_status: Mapped[str | None] = mapped_column(Text)
+    cost_source: Mapped[str | None] = mapped_column(Text)
+    pricing_version: Mapped[str | None] = mapped_column(Text)
+    api_call_count: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    last_activity_at: Mapped[float | None] = mapped_column(Double)
+
+    #: The transcript, oldest first (rewound turns included: filter on ``Message.active``).
+    messages: Mapped[list[Message]] = relationship(
+        back_populates="session", order_by="Message.id", passive_deletes=True
+    )
+
 
 class Message(Base):
     """One transcript entry of a session, in insertion order."""
@@ -135,6 +166,30 @@ class Message(Base):
     role: Mapped[str] = mapped_column(String(32))
     content: Mapped[str | None] = mapped_column(_LongText)
     timestamp: Mapped[float] = mapped_column(Double)
+
+    # Upstream hermes-agent's message columns (what its append_message writes), with its
+    # defaults. JSON payloads (tool_calls, reasoning_details, codex_*, display_metadata) are
+    # stored as JSON text, as upstream stores them.
+    tool_call_id: Mapped[str | None] = mapped_column(Text)
+    tool_calls: Mapped[str | None] = mapped_column(_LongText)
+    tool_name: Mapped[str | None] = mapped_column(Text)
+    effect_disposition: Mapped[str | None] = mapped_column(Text)
+    token_count: Mapped[int | None] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(Text)
+    reasoning: Mapped[str | None] = mapped_column(_LongText)
+    reasoning_content: Mapped[str | None] = mapped_column(_LongText)
+    reasoning_details: Mapped[str | None] = mapped_column(_LongText)
+    codex_reasoning_items: Mapped[str | None] = mapped_column(_LongText)
+    codex_message_items: Mapped[str | None] = mapped_column(_LongText)
+    platform_message_id: Mapped[str | None] = mapped_column(Text)
+    observed: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    #: 0 for a turn the user rewound (soft-deleted): the transcript leaves it out.
+    active: Mapped[int | None] = mapped_column(Integer, server_default=text("1"))
+    api_content: Mapped[str | None] = mapped_column(_LongText)
+    display_kind: Mapped[str | None] = mapped_column(Text)
+    display_metadata: Mapped[str | None] = mapped_column(_LongText)
+
+    session: Mapped[Session] = relationship(back_populates="messages")
 
 
 class HandoffEvent(Base):

@@ -1,33 +1,85 @@
-"""Copies sessions, transcripts and the audit trail to another database: promotion to a server.
+"""Copies a hermes state database to another database: promotion to a server, and back.
 
-The copy streams each table in primary-key order, in batches (keyset pagination, so memory
-stays bounded whatever the size), and commits batch by batch: an interrupted copy is resumed by
-running it again. Rows already in the target are compared: identical ones are skipped, so a
-second run copies nothing; differing ones stop the copy before anything is written unless
-``force`` is given. Only the modelled columns travel; columns and tables that older hermes
-versions left in an adopted ``state.db`` stay behind.
+The copy is lossless for primary data. It reflects the *source* (every table and column,
+whether the models know them or not), creates on the target what is missing there (tables and
+columns, with the portable type mapping of :func:`portable_type`), then streams each table in
+primary-key order, in batches (keyset pagination, so memory stays bounded whatever the size),
+committing batch by batch: an interrupted copy is resumed by running it again. Rows already in
+the target are compared on every carried column: identical ones are skipped, so a second run
+copies nothing; differing ones stop the copy before anything is written unless ``force``.
+
+Before anything is written, the source rows are checked against the target's constraints (NOT
+NULL, string lengths, types): a row the target cannot take refuses the whole copy, naming table,
+column and row count; ``fills`` supply values for NULLs.
+
+Not carried, because they are derived or bookkeeping (:class:`SkippedTable` says why for each):
+SQLite FTS5 virtual tables and their shadow tables, ``sqlite_sequence``, and the version and
+adoption tables of hermes-state itself (the target keeps its own).
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
 from typing import Any, Final
 
-from sqlalchemy import Column, Connection, Table, func, select, text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Double,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    and_,
+    case,
+    func,
+    inspect,
+    literal_column,
+    null,
+    select,
+    text,
+    tuple_,
+)
+from sqlalchemy.dialects.mysql import LONGBLOB, LONGTEXT
+from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.schema import DefaultClause, SchemaItem
+from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.types import NullType, TypeEngine
 
 from .engine import READ_ONLY, describe, is_sqlite, make_engine
 from .errors import HermesStateError, InvalidInputError, translated
-from .models import handoff_events, messages, sessions
+from .migration_support import table_options
+from .models import ID_LENGTH, handoff_events, messages, sessions
 from .notify import database_key
-from .schema import ensure_current
+from .schema import ADOPTION_TABLE, VERSION_TABLE, ensure_current
 
-__all__ = ["COPIED_TABLES", "CopyConflictError", "CopyReport", "TableReport", "copy_database"]
+__all__ = [
+    "CopyConflictError",
+    "CopyRefusedError",
+    "CopyReport",
+    "Fill",
+    "SkippedTable",
+    "TableReport",
+    "copy_database",
+    "portable_type",
+]
 
-#: In dependency order: messages reference sessions.
-COPIED_TABLES: Final = (sessions, messages, handoff_events)
+#: Copied first, in this order (messages reference sessions); every other table follows.
+MODELLED_TABLES: Final = (sessions.name, messages.name, handoff_events.name)
 DEFAULT_BATCH: Final = 2000
 CONFLICTS_SHOWN: Final = 10
+#: The shadow tables SQLite's FTS5 keeps beside each virtual table.
+FTS5_SHADOW_SUFFIXES: Final = ("_data", "_idx", "_content", "_docsize", "_config")
+_MYSQL: Final = ("mysql", "mariadb")
 
 Progress = Callable[[str, int, int], None]
 
@@ -36,9 +88,43 @@ class CopyConflictError(HermesStateError):
     """The target holds rows with the same keys and different values."""
 
 
+class CopyRefusedError(HermesStateError):
+    """Some source rows cannot go into the target as it is; nothing was copied."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """``TABLE.COLUMN=VALUE``: the value a NULL in that source column becomes on the target."""
+
+    table: str
+    column: str
+    value: str
+
+    @classmethod
+    def parse(cls, given: str) -> Fill:
+        name, equals, value = given.partition("=")
+        table, dot, column = name.strip().partition(".")
+        if not (equals and dot and table and column):
+            raise InvalidInputError(
+                f"--fill {given!r}: expected TABLE.COLUMN=VALUE, e.g. sessions.source=unknown"
+            )
+        return cls(table, column, value)
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.column}={self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedTable:
+    """A source table that is not copied, and how the target gets it back (if it needs to)."""
+
+    table: str
+    reason: str
+
+
 @dataclass
 class TableReport:
-    """What happened to one table's rows."""
+    """What happened to one table's rows, and to its shape on the target."""
 
     table: str
     source_rows: int = 0
@@ -46,7 +132,8 @@ class TableReport:
     identical: int = 0
     overwritten: int = 0
     target_rows: int = 0
-    conflicts: list[Any] = field(default_factory=list)
+    created: bool = False
+    added_columns: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -54,10 +141,423 @@ class CopyReport:
     source: str
     target: str
     tables: list[TableReport]
+    skipped: list[SkippedTable] = field(default_factory=list)
 
     @property
     def copied(self) -> int:
         return sum(table.copied + table.overwritten for table in self.tables)
+
+
+# -- the portable type mapping --------------------------------------------------------------------
+
+
+def sqlite_affinity(declared: str) -> str:
+    """SQLite's type affinity of a declared column type (section 3.1 of its datatype docs)."""
+    upper = declared.upper()
+    if "INT" in upper:
+        return "INTEGER"
+    if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if not upper or "BLOB" in upper:
+        return "BLOB"
+    if any(word in upper for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+#: SQLite affinity -> the kind of value a column holds on every backend.
+_KIND_OF_AFFINITY: Final = {
+    "INTEGER": "integer",
+    "TEXT": "text",
+    "BLOB": "blob",
+    "REAL": "real",
+    "NUMERIC": "real",
+}
+
+
+def _kind_of_type(type_: TypeEngine[Any]) -> str:
+    """The kind of a column reflected from a server (or from a target), by its Python values."""
+    if isinstance(type_, NullType):
+        return "any"
+    try:
+        python = type_.python_type
+    except NotImplementedError:
+        return "text"
+    if issubclass(python, int):  # bool too
+        return "integer"
+    if issubclass(python, float | Decimal):
+        return "real"
+    if issubclass(python, bytes):
+        return "blob"
+    return "text"
+
+
+def portable_type(kind: str, *, length: int | None = None, key: bool = False) -> TypeEngine[Any]:
+    """The SQLAlchemy type a carried column gets on a target that lacks it.
+
+    ``kind`` is ``integer``, ``real``, ``text`` or ``blob`` (SQLite's affinities, NUMERIC read as
+    real). Each type round-trips its values on SQLite, PostgreSQL and MySQL/MariaDB: integers as
+    64-bit, reals as doubles, text unbounded (LONGTEXT on MySQL, whose TEXT stops at 64 KiB)
+    unless the source declared a length, text keys as VARCHAR(255) on MySQL (which cannot index
+    an unbounded column), binary data as BLOB/BYTEA/LONGBLOB.
+    """
+    if kind == "integer":
+        # INTEGER on SQLite: a single integer key stays the rowid alias.
+        return BigInteger().with_variant(Integer(), "sqlite")
+    if kind == "real":
+        return Double()
+    if kind == "blob":
+        return LargeBinary().with_variant(LONGBLOB(), *_MYSQL)
+    if length is not None:
+        return String(length)
+    if key:
+        return Text().with_variant(String(ID_LENGTH), *_MYSQL)
+    return Text().with_variant(LONGTEXT(), *_MYSQL)
+
+
+_PORTABLE_DEFAULT: Final = re.compile(r"-?\d+(\.\d+)?|'[^']*'")
+
+
+def _portable_default(default: str | None, kind: str, target: Dialect) -> str | None:
+    """A literal default (number or plain string) survives; expressions are left behind."""
+    if default is None:
+        return None
+    literal = re.sub(r"::[\w ]+$", "", default.strip())  # PostgreSQL's "'auto'::text"
+    if literal.startswith("(") and literal.endswith(")"):
+        literal = literal[1:-1].strip()
+    if not _PORTABLE_DEFAULT.fullmatch(literal):
+        return None
+    if kind in ("text", "blob") and target.name in _MYSQL:
+        return None  # MySQL refuses defaults on TEXT and BLOB columns
+    return literal
+
+
+# -- what travels --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _SourceColumn:
+    name: str
+    kind: str
+    length: int | None
+    nullable: bool
+    default: str | None
+    key: bool
+
+
+@dataclass
+class _Carried:
+    """One table that travels: how it reads on the source, how it looks on the target."""
+
+    source: Table
+    columns: list[_SourceColumn]
+    target: Table | None = None  # reflected after the target has been shaped
+    planned: Table | None = None  # what the target table is or will be, for the pre-flight
+    create: bool = False
+    add: list[Column[Any]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def keys(self) -> list[str]:
+        return [column.name for column in self.columns if column.key]
+
+
+def _plan(reading: Connection) -> tuple[list[_Carried], list[SkippedTable]]:
+    """The source's tables: those that travel (modelled ones first) and those left behind."""
+    names = inspect(reading).get_table_names()
+    skipped: list[SkippedTable] = []
+    derived: set[str] = set()
+    if reading.dialect.name == "sqlite":
+        query = (
+            "SELECT name, sql FROM sqlite_master "
+            "WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
+        )
+        for virtual, sql in reading.exec_driver_sql(query):
+            derived.add(virtual)
+            module = re.search(r"USING\s+(\w+)", sql or "", re.IGNORECASE)
+            skipped.append(
+                SkippedTable(
+                    virtual,
+                    f"{module.group(1).upper() if module else 'virtual'} index derived from "
+                    "messages: a server has none; on a SQLite file hermes recreates it and its "
+                    "triggers on open, and its FTS rebuild refills it from messages",
+                )
+            )
+            for suffix in FTS5_SHADOW_SUFFIXES:
+                if virtual + suffix in names:
+                    derived.add(virtual + suffix)
+                    skipped.append(
+                        SkippedTable(virtual + suffix, f"FTS5 shadow table of {virtual}")
+                    )
+        counters = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'"
+        if reading.exec_driver_sql(counters).first() is not None:
+            skipped.append(
+                SkippedTable(
+                    "sqlite_sequence", "SQLite's AUTOINCREMENT counters; each target keeps its own"
+                )
+            )
+    for bookkeeping in (VERSION_TABLE, ADOPTION_TABLE):
+        if bookkeeping in names:
+            derived.add(bookkeeping)
+            skipped.append(
+                SkippedTable(bookkeeping, "hermes-state bookkeeping; the target keeps its own")
+            )
+    carried_names = [name for name in names if name not in derived]
+    metadata = MetaData()
+    metadata.reflect(bind=reading, only=carried_names, resolve_fks=False)
+    order = {name: position for position, name in enumerate(MODELLED_TABLES)}
+    dependency_order = {table.name: n for n, table in enumerate(metadata.sorted_tables)}
+    carried_names.sort(key=lambda name: (order.get(name, len(order)), dependency_order[name]))
+    carried = [_carried(reading, metadata.tables[name]) for name in carried_names]
+    return carried, skipped
+
+
+def _carried(reading: Connection, table: Table) -> _Carried:
+    key_names = {column.name for column in table.primary_key.columns}
+    columns: list[_SourceColumn] = []
+    if reading.dialect.name == "sqlite":
+        # The declared types as written; SQLite's affinity rules say what the column holds.
+        quoted = table.name.replace('"', '""')
+        info = reading.exec_driver_sql(f'PRAGMA table_info("{quoted}")').all()
+        for _, name, declared, notnull, default, _ in info:
+            kind = _KIND_OF_AFFINITY[sqlite_affinity(declared or "")]
+            length = re.search(r"\(\s*(\d+)\s*\)", declared or "")
+            columns.append(
+                _SourceColumn(
+                    name,
+                    kind,
+                    int(length.group(1)) if length and kind == "text" else None,
+                    not notnull,
+                    default,
+                    name in key_names,
+                )
+            )
+            # Read values as stored: reflected types such as DATETIME would parse them.
+            table.c[name].type = {
+                "integer": Integer(),
+                "real": Double(),
+                "text": Text(),
+                "blob": LargeBinary(),
+            }[kind]
+    else:
+        _reals_as_floats(table)
+        for column in table.columns:
+            kind = _kind_of_type(column.type)
+            length = getattr(column.type, "length", None) if kind == "text" else None
+            default = column.server_default
+            columns.append(
+                _SourceColumn(
+                    column.name,
+                    "text" if kind == "any" else kind,
+                    None if isinstance(column.type, Text) else length,
+                    bool(column.nullable),
+                    str(default.arg) if default is not None and hasattr(default, "arg") else None,
+                    column.name in key_names,
+                )
+            )
+    return _Carried(table, columns)
+
+
+def _shape(writing: Connection, carried: _Carried) -> None:
+    """Plan the target table: the existing one plus missing columns, or a new one."""
+    dialect = writing.dialect
+    metadata = MetaData()
+    if inspect(writing).has_table(carried.name):
+        existing = _reals_as_floats(
+            Table(carried.name, metadata, autoload_with=writing, resolve_fks=False)
+        )
+        for column in carried.columns:
+            if column.name in existing.c:
+                continue
+            default = _portable_default(column.default, column.kind, dialect)
+
+            def added(column: _SourceColumn = column, default: str | None = default) -> Column[Any]:
+                return Column(
+                    column.name,
+                    portable_type(column.kind, length=column.length),
+                    # A NOT NULL column can be added only with a default for the present rows.
+                    nullable=column.nullable or default is None,
+                    server_default=text(default) if default is not None else None,
+                )
+
+            carried.add.append(added())
+            existing.append_column(added())
+        carried.planned = existing
+        return
+    new_columns = [
+        Column(
+            column.name,
+            portable_type(column.kind, length=column.length, key=column.key),
+            nullable=column.nullable and not column.key,
+            server_default=text(default)
+            if (default := _portable_default(column.default, column.kind, dialect)) is not None
+            else None,
+            autoincrement=False,
+        )
+        for column in carried.columns
+    ]
+    items: list[SchemaItem] = list(new_columns)
+    if carried.keys:
+        items.append(PrimaryKeyConstraint(*carried.keys, name=f"pk_{carried.name}"))
+    options: dict[str, Any] = table_options(dialect)
+    carried.planned = Table(carried.name, metadata, *items, **options)
+    carried.create = True
+
+
+def _apply_shape(writing: Connection, carried: _Carried) -> None:
+    """Create the table or add the missing columns (after the pre-flight passed)."""
+    if carried.create:
+        assert carried.planned is not None
+        carried.planned.create(writing)
+    elif carried.add:
+        from alembic.migration import MigrationContext
+        from alembic.operations import Operations
+
+        operations = Operations(MigrationContext.configure(writing))
+        for column in carried.add:
+            operations.add_column(carried.name, column)
+    carried.target = _reals_as_floats(
+        Table(carried.name, MetaData(), autoload_with=writing, resolve_fks=False)
+    )
+
+
+def _reals_as_floats(table: Table) -> Table:
+    """Read every real column as float: MySQL's reflected DOUBLE would give Decimals, which
+    compare unequal to the same value read from SQLite or PostgreSQL."""
+    for column in table.columns:
+        if getattr(column.type, "asdecimal", False) and not isinstance(column.type, Integer):
+            column.type.asdecimal = False  # type: ignore[attr-defined]
+    return table
+
+
+# -- the pre-flight -------------------------------------------------------------------------------
+
+
+def _target_type(column: Column[Any], dialect: Dialect) -> TypeEngine[Any]:
+    return column.type.dialect_impl(dialect)
+
+
+_ALLOWED_STORAGE: Final = {
+    "integer": ("integer", "null"),
+    "real": ("integer", "real", "null"),
+    "text": ("text", "null"),
+    "blob": ("blob", "null"),
+}
+
+
+def _fill_value(fill: Fill, column: Column[Any], dialect: Dialect) -> Any:
+    kind = _kind_of_type(_target_type(column, dialect))
+    try:
+        if kind == "integer":
+            return int(fill.value)
+        if kind == "real":
+            return float(fill.value)
+    except ValueError:
+        raise InvalidInputError(
+            f"--fill {fill}: {fill.table}.{fill.column} holds {kind} values on the target, "
+            f"and {fill.value!r} is not one"
+        ) from None
+    if kind == "blob":
+        return fill.value.encode()
+    return fill.value
+
+
+def _resolve_fills(
+    fills: Sequence[Fill], plan: Sequence[_Carried], dialect: Dialect
+) -> dict[str, dict[str, Any]]:
+    by_table = {carried.name: carried for carried in plan}
+    resolved: dict[str, dict[str, Any]] = {}
+    for fill in fills:
+        carried = by_table.get(fill.table)
+        if carried is None or fill.column not in carried.source.c:
+            raise InvalidInputError(
+                f"--fill {fill}: the source has no column {fill.table}.{fill.column} to fill"
+            )
+        assert carried.planned is not None
+        target_column = carried.planned.c[fill.column]
+        resolved.setdefault(fill.table, {})[fill.column] = _fill_value(fill, target_column, dialect)
+    return resolved
+
+
+def _preflight(
+    reading: Connection,
+    plan: Sequence[_Carried],
+    fills: dict[str, dict[str, Any]],
+    target: Dialect,
+) -> None:
+    """Refuse, before anything is written, rows the target's constraints would reject."""
+    problems: list[str] = []
+    length = func.length if reading.dialect.name == "sqlite" else func.char_length
+    for carried in plan:
+        assert carried.planned is not None
+        checks: list[tuple[str, Any]] = []
+        carried_names = {column.name for column in carried.columns}
+        for extra in carried.planned.columns:
+            # A target column the source lacks gets its default; without one, no row can go.
+            if (
+                extra.name not in carried_names
+                and not extra.nullable
+                and extra.server_default is None
+                and extra is not carried.planned.autoincrement_column
+            ):
+                problems.append(
+                    f"{carried.name}.{extra.name}: the target requires a value (NOT NULL, no "
+                    "default) and the source has no such column; give it a default on the target"
+                )
+        for column in carried.columns:
+            source_column = carried.source.c[column.name]
+            target_column = carried.planned.c[column.name]
+            where = f"{carried.name}.{column.name}"
+            if not target_column.nullable and column.name not in fills.get(carried.name, {}):
+                checks.append(
+                    (
+                        f"{where}: {{}} row(s) are NULL and the target column is NOT NULL; "
+                        f"supply a value with --fill {where}=VALUE",
+                        source_column.is_(None),
+                    )
+                )
+            if target.name == "sqlite":
+                continue  # SQLite stores what it is given: no lengths, no types to check
+            target_type = _target_type(target_column, target)
+            limit = getattr(target_type, "length", None)
+            if isinstance(target_type, String) and limit is not None:
+                checks.append(
+                    (
+                        f"{where}: {{}} row(s) are longer than the target's {limit} characters; "
+                        "shorten them in the source",
+                        length(source_column) > limit,
+                    )
+                )
+            kind = _kind_of_type(target_type)
+            if reading.dialect.name == "sqlite" and kind in _ALLOWED_STORAGE:
+                checks.append(
+                    (
+                        f"{where}: {{}} row(s) hold values that are not {kind}, which the "
+                        "target column requires; correct them in the source",
+                        func.typeof(source_column).not_in(_ALLOWED_STORAGE[kind]),
+                    )
+                )
+        if not checks:
+            continue
+        counts = reading.execute(
+            select(
+                *(func.coalesce(func.sum(case((test, 1), else_=0)), 0) for _, test in checks)
+            ).select_from(carried.source)
+        ).one()
+        reading.rollback()
+        problems.extend(
+            message.format(n) for (message, _), n in zip(checks, counts, strict=True) if n
+        )
+    if problems:
+        raise CopyRefusedError(
+            "the target cannot take every source row, so nothing was copied: " + "; ".join(problems)
+        )
+
+
+# -- copying ----------------------------------------------------------------------------------
 
 
 def copy_database(
@@ -67,16 +567,22 @@ def copy_database(
     force: bool = False,
     batch_size: int = DEFAULT_BATCH,
     progress: Progress | None = None,
+    fills: Sequence[Fill] = (),
 ) -> CopyReport:
-    """Copy every session, message and handoff event from ``source_url`` to ``target_url``.
+    """Copy every table and column of primary data from ``source_url`` to ``target_url``.
 
     Both databases must be at the head revision (an embedded file is upgraded on the way, a
-    server database that is behind is refused with the command to run).
+    server database that is behind is refused with the command to run). Raises
+    :class:`CopyRefusedError` when source rows do not fit the target, :class:`CopyConflictError`
+    when target rows differ (unless ``force``); in both cases nothing has been written.
     """
     if batch_size < 1:
         raise InvalidInputError(f"batch size must be at least 1, not {batch_size}")
     if database_key(source_url) == database_key(target_url):
         raise InvalidInputError(f"{describe(source_url)} is both the source and the target")
+    # A refused copy leaves no trace: not even a new target file, if this call made it.
+    new_file = _absent_sqlite_file(target_url)
+    refused = False
     source, target = make_engine(source_url), make_engine(target_url)
     where = f"the copy from {describe(source_url)} to {describe(target_url)}"
     try:
@@ -84,68 +590,167 @@ def copy_database(
             ensure_current(engine, auto_upgrade=is_sqlite(engine.url))
         with translated(where), source.connect() as reading, target.connect() as writing:
             reading.execution_options(**{READ_ONLY: True})
-            for table in COPIED_TABLES:
-                _analyze(writing, table)  # the key lookups below need fresh statistics
+            plan, skipped = _plan(reading)
+            reading.rollback()
+            for carried in plan:
+                _shape(writing, carried)
+            writing.rollback()
+            resolved = _resolve_fills(fills, plan, writing.dialect)
+            _preflight(reading, plan, resolved, writing.dialect)
             if not force:
-                _refuse_conflicts(reading, writing, batch_size)
-            reports = []
-            for table in COPIED_TABLES:
-                with translated(f"{where} (table {table.name})"):
-                    reports.append(
-                        _copy_table(table, reading, writing, batch_size, force, progress)
-                    )
-            _advance_sequences(writing)
-            for table_report, table in zip(reports, COPIED_TABLES, strict=True):
-                table_report.target_rows = _count(writing, table)
+                _refuse_conflicts(reading, writing, plan, resolved, batch_size)
+            # Only now is anything written: the shape first (MySQL commits DDL anyway).
+            for carried in plan:
+                _apply_shape(writing, carried)
             writing.commit()
+            for carried in plan:
+                _analyze(writing, carried)  # the key lookups below need fresh statistics
+            reports = []
+            for carried in plan:
+                with translated(f"{where} (table {carried.name})"):
+                    reports.append(
+                        _copy_table(
+                            carried,
+                            resolved.get(carried.name, {}),
+                            reading,
+                            writing,
+                            batch_size,
+                            force,
+                            progress,
+                        )
+                    )
+            _advance_sequences(writing, plan)
+            for table_report, carried in zip(reports, plan, strict=True):
+                assert carried.target is not None
+                table_report.target_rows = _count(writing, carried.target)
+            writing.commit()
+    except (CopyRefusedError, InvalidInputError):
+        refused = True
+        raise
     finally:
         source.dispose()
         target.dispose()
-    copied = CopyReport(describe(source_url), describe(target_url), reports)
+        if refused and new_file is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{new_file}{suffix}").unlink(missing_ok=True)
+    copied = CopyReport(describe(source_url), describe(target_url), reports, skipped)
     _verify(copied)
     return copied
 
 
-def _key(table: Table) -> Column[Any]:
-    (column,) = table.primary_key.columns
-    return column
+def _absent_sqlite_file(url: Any) -> Path | None:
+    if isinstance(url, URL) and is_sqlite(url) and url.database:
+        path = Path(url.database)
+        return None if path.exists() else path
+    return None
 
 
-def _batches(connection: Connection, table: Table, batch_size: int) -> Iterator[Sequence[Any]]:
-    """The table's rows in key order, ``batch_size`` at a time, never more in memory."""
-    key = _key(table)
-    query = select(*table.columns).order_by(key).limit(batch_size)
-    last = None
-    while True:
-        page = query if last is None else query.where(key > last)
-        rows = connection.execute(page).all()
-        connection.rollback()  # no snapshot held open between batches on the source
-        if not rows:
+class _Rows:
+    """One carried table's rows as they travel: source order, fills applied."""
+
+    def __init__(self, carried: _Carried, fills: dict[str, Any]) -> None:
+        self.carried = carried
+        self.names = [column.name for column in carried.columns]
+        if carried.target is not None:
+            self.target_columns: list[Any] = [carried.target.c[name] for name in self.names]
+        else:
+            # Before the target is shaped: a column still to be added reads as what adding it
+            # will give the present rows, its default or NULL.
+            assert carried.planned is not None
+            pending = {column.name: column for column in carried.add}
+            self.target_columns = [
+                _as_added(pending[name]) if name in pending else carried.planned.c[name]
+                for name in self.names
+            ]
+        self.key_positions = [self.names.index(name) for name in carried.keys]
+        self.fills = [(self.names.index(name), value) for name, value in fills.items()]
+
+    def prepare(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        values = list(row)
+        for position, value in self.fills:
+            if values[position] is None:
+                values[position] = value
+        return tuple(values)
+
+    def key(self, row: Sequence[Any]) -> Any:
+        if len(self.key_positions) == 1:
+            return row[self.key_positions[0]]
+        return tuple(row[position] for position in self.key_positions)
+
+    def as_dict(self, row: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(self.names, row, strict=True))
+
+    def batches(self, reading: Connection, batch_size: int) -> Iterator[list[tuple[Any, ...]]]:
+        """The source rows in key order, ``batch_size`` at a time, never more in memory."""
+        table = self.carried.source
+        keys = [table.c[name] for name in self.carried.keys]
+        columns = [table.c[name] for name in self.names]
+        if not keys:  # no primary key (upstream's schema_version): a small table, read whole
+            rows = [self.prepare(row) for row in reading.execute(select(*columns)).all()]
+            reading.rollback()
+            if rows:
+                yield rows
             return
-        yield rows
-        last = rows[-1]._mapping[key.name]
+        query = select(*columns).order_by(*keys).limit(batch_size)
+        last: Any = None
+        while True:
+            if last is None:
+                page = query
+            elif len(keys) == 1:
+                page = query.where(keys[0] > last)
+            else:
+                page = query.where(tuple_(*keys) > tuple_(*last))
+            found = reading.execute(page).all()
+            reading.rollback()  # no snapshot held open between batches on the source
+            if not found:
+                return
+            yield [self.prepare(row) for row in found]
+            last = self.key(found[-1])
+
+    def existing(self, writing: Connection, rows: Sequence[tuple[Any, ...]]) -> dict[Any, Any]:
+        """The target's rows with the keys of ``rows`` (a keyless table: all of them, counted)."""
+        query = select(*self.target_columns)
+        if not self.key_positions:
+            return dict(Counter(tuple(row) for row in writing.execute(query)))
+        keys = [self.target_columns[position] for position in self.key_positions]
+        wanted = [self.key(row) for row in rows]
+        condition = keys[0].in_(wanted) if len(keys) == 1 else tuple_(*keys).in_(wanted)
+        found = writing.execute(query.where(condition)).all()
+        return {self.key(row): tuple(row) for row in found}
 
 
-def _existing(connection: Connection, table: Table, keys: Sequence[Any]) -> dict[Any, Any]:
-    key = _key(table)
-    rows = connection.execute(select(*table.columns).where(key.in_(keys))).all()
-    return {row._mapping[key.name]: tuple(row) for row in rows}
+def _as_added(column: Column[Any]) -> Any:
+    default = column.server_default
+    if isinstance(default, DefaultClause) and isinstance(default.arg, TextClause):
+        return literal_column(default.arg.text).label(column.name)
+    return null().label(column.name)
 
 
-def _refuse_conflicts(reading: Connection, writing: Connection, batch_size: int) -> None:
-    """Before writing anything: stop if any target row differs from its source row."""
+def _refuse_conflicts(
+    reading: Connection,
+    writing: Connection,
+    plan: Sequence[_Carried],
+    fills: dict[str, dict[str, Any]],
+    batch_size: int,
+) -> None:
+    """Before writing rows: stop if any target row differs from its source row."""
     conflicts: list[str] = []
-    for table in COPIED_TABLES:
-        if _count(writing, table) == 0:
+    for carried in plan:
+        assert carried.planned is not None
+        if carried.create or _count(writing, carried.planned) == 0:
             continue  # an empty target table cannot conflict
-        key = _key(table)
-        for rows in _batches(reading, table, batch_size):
-            present = _existing(writing, table, [row._mapping[key.name] for row in rows])
+        rows = _Rows(carried, fills.get(carried.name, {}))
+        for batch in rows.batches(reading, batch_size):
+            present = rows.existing(writing, batch)
             writing.rollback()
-            for row in rows:
-                stored = present.get(row._mapping[key.name])
-                if stored is not None and stored != tuple(row):
-                    conflicts.append(f"{table.name} {row._mapping[key.name]!r}")
+            if not rows.key_positions:
+                if present != Counter(batch):
+                    conflicts.append(f"{carried.name} (its rows as a whole)")
+                continue
+            for row in batch:
+                stored = present.get(rows.key(row))
+                if stored is not None and stored != row:
+                    conflicts.append(f"{carried.name} {rows.key(row)!r}")
     if conflicts:
         shown = ", ".join(conflicts[:CONFLICTS_SHOWN])
         hidden = len(conflicts) - CONFLICTS_SHOWN
@@ -157,61 +762,87 @@ def _refuse_conflicts(reading: Connection, writing: Connection, batch_size: int)
 
 
 def _copy_table(
-    table: Table,
+    carried: _Carried,
+    fills: dict[str, Any],
     reading: Connection,
     writing: Connection,
     batch_size: int,
     force: bool,
     progress: Progress | None,
 ) -> TableReport:
-    report = TableReport(table.name)
-    total = _count(reading, table)
+    assert carried.target is not None
+    target = carried.target
+    report = TableReport(
+        carried.name, created=carried.create, added_columns=[c.name for c in carried.add]
+    )
+    rows = _Rows(carried, fills)
+    total = _count(reading, carried.source)
     reading.rollback()
-    key = _key(table)
-    names = [column.name for column in table.columns]
-    analyzed_at = _count(writing, table)
+    analyzed_at = _count(writing, target)
     writing.rollback()
-    for rows in _batches(reading, table, batch_size):
-        present = _existing(writing, table, [row._mapping[key.name] for row in rows])
-        fresh, changed = [], []
-        for row in rows:
-            stored = present.get(row._mapping[key.name])
-            if stored is None:
-                fresh.append(dict(zip(names, row, strict=True)))
-            elif stored == tuple(row):
-                report.identical += 1
+    for batch in rows.batches(reading, batch_size):
+        present = rows.existing(writing, batch)
+        fresh: list[tuple[Any, ...]] = []
+        changed: list[tuple[Any, ...]] = []
+        if not rows.key_positions:
+            if present == Counter(batch):
+                report.identical += len(batch)
+            elif present and not force:
+                raise CopyConflictError(
+                    f"{carried.name} changed in the target during the copy; re-run to resume"
+                )
             else:
-                changed.append(dict(zip(names, row, strict=True)))
-        if changed and not force:  # appeared since the conflict check: still refuse
-            raise CopyConflictError(
-                f"{table.name} rows changed in the target during the copy; re-run to resume"
-            )
-        if fresh:
-            writing.execute(table.insert(), fresh)
-        for values in changed:
-            writing.execute(table.update().where(key == values[key.name]).values(values))
+                if present:
+                    writing.execute(target.delete())
+                    report.overwritten += len(batch)
+                else:
+                    report.copied += len(batch)
+                writing.execute(target.insert(), [rows.as_dict(row) for row in batch])
+        else:
+            for row in batch:
+                stored = present.get(rows.key(row))
+                if stored is None:
+                    fresh.append(row)
+                elif stored == row:
+                    report.identical += 1
+                else:
+                    changed.append(row)
+            if changed and not force:  # appeared since the conflict check: still refuse
+                raise CopyConflictError(
+                    f"{carried.name} rows changed in the target during the copy; re-run to resume"
+                )
+            if fresh:
+                writing.execute(target.insert(), [rows.as_dict(row) for row in fresh])
+            for row in changed:
+                key = and_(
+                    *(
+                        rows.target_columns[position] == row[position]
+                        for position in rows.key_positions
+                    )
+                )
+                writing.execute(target.update().where(key).values(rows.as_dict(row)))
+            report.copied += len(fresh)
+            report.overwritten += len(changed)
         writing.commit()  # batch by batch: an interrupted copy resumes where it stopped
-        report.source_rows += len(rows)
-        report.copied += len(fresh)
-        report.overwritten += len(changed)
+        report.source_rows += len(batch)
         grown = analyzed_at + report.copied
         if grown >= 2 * max(analyzed_at, batch_size):  # doubled: O(log n) ANALYZEs in all
-            _analyze(writing, table)
+            _analyze(writing, carried)
             analyzed_at = grown
         if progress is not None:
-            progress(table.name, report.source_rows, total)
+            progress(carried.name, report.source_rows, total)
     return report
 
 
-def _analyze(writing: Connection, table: Table) -> None:
+def _analyze(writing: Connection, carried: _Carried) -> None:
     """Fresh planner statistics for a growing target table (PostgreSQL).
 
-    Without them PostgreSQL plans the per-batch key lookup (``_existing``) for an empty table,
-    a sequential scan; psycopg prepares the statement after five runs and the generic plan
-    keeps scanning while the table grows: each batch then costs O(rows copied so far).
+    Without them PostgreSQL plans the per-batch key lookup (``_Rows.existing``) for an empty
+    table, a sequential scan; psycopg prepares the statement after five runs and the generic
+    plan keeps scanning while the table grows: each batch then costs O(rows copied so far).
     """
     if writing.dialect.name == "postgresql":
-        writing.execute(text(f"ANALYZE {table.name}"))
+        writing.execute(text(f"ANALYZE {writing.dialect.identifier_preparer.quote(carried.name)}"))
         writing.commit()
 
 
@@ -219,16 +850,28 @@ def _count(connection: Connection, table: Table) -> int:
     return int(connection.execute(select(func.count()).select_from(table)).scalar_one())
 
 
-def _advance_sequences(writing: Connection) -> None:
+def _advance_sequences(writing: Connection, plan: Sequence[_Carried]) -> None:
     """Ids were copied explicitly; PostgreSQL's sequences must move past them."""
     if writing.dialect.name != "postgresql":
         return  # SQLite and MySQL/MariaDB advance their counters on explicit inserts
-    for table in (messages, handoff_events):
+    quote = writing.dialect.identifier_preparer.quote
+    for carried in plan:
+        assert carried.target is not None
+        keys = list(carried.target.primary_key.columns)
+        if len(keys) != 1 or not isinstance(keys[0].type, Integer):
+            continue
+        (key,) = keys
+        sequence = func.pg_get_serial_sequence(quote(carried.name), key.name)
+        highest = func.max(key)
+        # setval on a NULL sequence (a key without one) is NULL: nothing happens.
         writing.execute(
-            text(
-                f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "  # noqa: S608
-                f"GREATEST(COALESCE(MAX(id), 0), 1), MAX(id) IS NOT NULL) FROM {table.name}"
-            )
+            select(
+                func.setval(
+                    sequence,
+                    func.greatest(func.coalesce(highest, 0), 1),
+                    highest.is_not(None),
+                )
+            ).select_from(carried.target)
         )
 
 

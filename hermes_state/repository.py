@@ -10,6 +10,7 @@ connection is touched, so bad input never opens a transaction.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,12 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Executable
 
 from . import statements
-from .errors import ConcurrentChangeError, HermesStateError, InvalidInputError
+from .errors import (
+    ConcurrentChangeError,
+    HermesStateError,
+    InvalidInputError,
+    InvalidInputTypeError,
+)
 from .models import HandoffState
 from .statements import Capabilities, ReclaimScope, Transition
 from .validation import (
@@ -29,6 +35,7 @@ from .validation import (
     require_fields,
     require_identifier,
     require_identifiers,
+    require_message_fields,
     require_only_states,
     require_scope,
     require_seconds,
@@ -37,6 +44,7 @@ from .validation import (
 )
 
 __all__ = [
+    "MAX_BATCH",
     "STATS_FAILURE_WINDOW",
     "STATS_TOP_ERRORS",
     "STRANDED_ERROR",
@@ -52,6 +60,9 @@ __all__ = [
 T = TypeVar("T")
 Row = dict[str, Any]
 
+
+#: The most rows one call may claim or finish at once.
+MAX_BATCH = 10_000
 
 #: ``handoff_stats`` reports failures of the last hour, with its most common errors.
 STATS_FAILURE_WINDOW = 3600.0
@@ -101,7 +112,7 @@ class Plan(Generic[T]):
     and runs only once the transaction committed (it may record what the store now holds).
     """
 
-    __slots__ = ("_after", "_args", "_body", "writes")
+    __slots__ = ("_after", "_args", "_body", "single_statement", "writes")
 
     def __init__(
         self,
@@ -109,11 +120,16 @@ class Plan(Generic[T]):
         *args: Any,
         writes: bool,
         after: Callable[[Any], T] | None = None,
+        single_statement: bool = True,
     ) -> None:
         self._body = body
         self._args = args
         self._after = after
         self.writes = writes
+        #: The body runs at most one statement where ``Capabilities.single_statement`` holds,
+        #: so a runner may send it in autocommit: one round trip, no BEGIN or COMMIT. A body
+        #: that needs several statements there must say False (the runner refuses a second).
+        self.single_statement = single_statement
 
     def start(self, caps: Capabilities) -> Body[Any]:
         return self._body(caps, *self._args)
@@ -219,30 +235,79 @@ def _create_session(caps: Capabilities, params: Mapping[str, Any]) -> Body[str]:
 
 
 def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
+    if caps.single_statement:
+        appended = yield Step(statements.append_message_counted(), params)
+        if not appended.rows:
+            raise _unknown_session(params["session_id"])
+        return int(appended.rows[0]["id"])
     returning = caps.insert_returning
     outcome = yield Step(
         statements.append_message(returning), params, wants_lastrowid=not returning
     )
     if outcome.rowcount == 0 and not outcome.rows:
-        raise UnknownSessionError(
-            f"session {params['session_id']!r} does not exist; create it with create_session first"
-        )
+        raise _unknown_session(params["session_id"])
     if outcome.rows:
-        return int(outcome.rows[0]["id"])
-    if outcome.lastrowid is None:
+        message_id = int(outcome.rows[0]["id"])
+    elif outcome.lastrowid is None:
         raise HermesStateError("the database driver reported no id for the inserted message")
-    return outcome.lastrowid
+    else:
+        message_id = outcome.lastrowid
+    yield Step(statements.count_appended_message(), params)
+    return message_id
+
+
+def _unknown_session(session_id: str) -> UnknownSessionError:
+    return UnknownSessionError(
+        f"session {session_id!r} does not exist; create it with create_session first"
+    )
+
+
+#: Columns of upstream's newest files that are its own bookkeeping, not part of a message.
+_INTERNAL_MESSAGE_COLUMNS = ("display_identity", "display_order")
+
+
+def _decoded_json(text: Any, fallback: Any) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return fallback
+
+
+def _transcript_entry(row: Row) -> Row:
+    """A message as upstream's ``get_messages`` returns it: every column, JSON decoded."""
+    for name in _INTERNAL_MESSAGE_COLUMNS:
+        row.pop(name, None)
+    if row.pop("_compressed_summary", None):
+        row["_compressed_summary"] = True
+    if row.get("tool_calls"):
+        row["tool_calls"] = _decoded_json(row["tool_calls"], [])
+    if row.get("display_metadata") is not None:
+        metadata = _decoded_json(row["display_metadata"], None)
+        row["display_metadata"] = metadata if isinstance(metadata, dict) else None
+    return row
+
+
+def _transcript(_caps: Capabilities, params: Mapping[str, Any]) -> Body[list[Row]]:
+    outcome = yield Step(statements.get_messages(), params)
+    return [_transcript_entry(row) for row in outcome.rows]
 
 
 def _move(
-    transition: Transition, params: Mapping[str, Any], expected: int | None = None
+    caps: Capabilities,
+    transition: Transition,
+    params: Mapping[str, Any],
+    expected: int | None = None,
 ) -> Body[Outcome | None]:
     """Record the audit row(s), then apply the move; None when it applied to no row.
 
-    The apply step must touch exactly the rows the record step selected (and locked). If
+    Where the dialect has single-statement transitions, that one statement does both. Else
+    the apply step must touch exactly the rows the record step selected (and locked). If
     another transaction slipped a row in between (only possible on servers, for multi-row
     moves), the transaction is rolled back and run again.
     """
+    if caps.single_statement:
+        moved = yield Step(transition.single, params)
+        return moved if moved.rows else None
     recorded = yield Step(transition.record, params)
     if recorded.rowcount == 0 and not expected:
         return None
@@ -256,38 +321,91 @@ def _move(
     return applied
 
 
-def _moved(_caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
-    return (yield from _move(transition, params)) is not None
+def _moved(caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
+    return (yield from _move(caps, transition, params)) is not None
 
 
 def _request(caps: Capabilities, transition: Transition, params: Mapping[str, Any]) -> Body[bool]:
-    if (yield from _move(transition, params)) is None:
+    if (yield from _move(caps, transition, params)) is None:
         return False
-    if caps.name == "postgresql":
+    if caps.name == "postgresql" and not caps.single_statement:  # else the statement notified
         yield Step(statements.notify_handoff_requested(), {"session_id": params["session_id"]})
     return True
 
 
-def _claimed(_caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
+def _claimed(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
     """A claim nothing will be fenced on (a store without ownership): no attempt to read back."""
-    return (yield from _move(statements.claim_handoff(False), params)) is not None
+    return (yield from _move(caps, statements.claim_handoff(False), params)) is not None
 
 
 def _claim(caps: Capabilities, params: Mapping[str, Any]) -> Body[int | None]:
     """The attempt number claimed, or None when another claimer won."""
     returning = caps.update_returning
-    applied = yield from _move(statements.claim_handoff(returning), params)
+    applied = yield from _move(caps, statements.claim_handoff(returning), params)
     if applied is None:
         return None
-    if returning:
+    if returning or caps.single_statement:
         return int(applied.rows[0]["handoff_attempt"])
     claimed = yield Step(statements.claimed_attempt(), {"session_id": params["session_id"]})
     return int(claimed.rows[0]["handoff_attempt"])
 
 
+def _claim_batch(
+    caps: Capabilities, by_platform: bool, params: Mapping[str, Any]
+) -> Body[list[Row]]:
+    """The rows claimed, as claimed, oldest ``started_at`` first (one builder per dialect)."""
+    if caps.name == "postgresql":
+        claimed = yield Step(statements.claim_pending_statement(by_platform), params)
+        rows = claimed.rows
+    elif caps.update_returning:
+        applied = yield from _move(caps, statements.claim_pending_transition(by_platform), params)
+        rows = [] if applied is None else applied.rows
+    else:
+        claim = statements.claim_picked(by_platform)
+        picked = yield Step(claim.pick, params)
+        if not picked.rows:
+            return []
+        chosen = {**params, "ids": [row["id"] for row in picked.rows]}
+        yield from _move(caps, claim.transition, chosen, expected=len(picked.rows))
+        fetched = yield Step(claim.fetch, chosen)
+        rows = fetched.rows
+    return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
+
+
+#: One claim to finish: the row, how it is fenced, the attempt it is fenced on, its error.
+Claim = tuple[str, statements.Fence, int | None, str | None]
+
+
+def _finish_claims(
+    caps: Capabilities, state: HandoffState, claims: list[Claim], params: Mapping[str, Any]
+) -> Body[dict[str, bool]]:
+    """Finish each claim: one statement where the dialect allows, else one transition per row
+    in this one transaction. ``{id: finished}``, refused ones False."""
+    if caps.single_statement:
+        fenced = any(fence is not statements.Fence.NONE for _, fence, _, _ in claims)
+        ids, _fences, attempts, errors = (list(column) for column in zip(*claims, strict=True))
+        arrays = {**params, "ids": ids, "attempts": attempts, "errors": errors}
+        outcome = yield Step(statements.finish_claims(state, fenced), arrays)
+        finished = {row["id"] for row in outcome.rows}
+        return {session_id: session_id in finished for session_id in ids}
+    done: dict[str, bool] = {}
+    for session_id, fence, attempt, error in claims:
+        transition = (
+            statements.complete_handoff(fence)
+            if state is HandoffState.COMPLETED
+            else statements.fail_handoff(frozenset({HandoffState.RUNNING}), fence)
+        )
+        row = {**params, "session_id": session_id, "attempt": attempt, "error": error}
+        done[session_id] = (yield from _move(caps, transition, row)) is not None
+    return done
+
+
 def _renew(
-    _caps: Capabilities, session_ids: list[str], params: Mapping[str, Any]
+    caps: Capabilities, session_ids: list[str], params: Mapping[str, Any]
 ) -> Body[list[str]]:
+    if caps.single_statement:
+        outcome = yield Step(statements.renew_leases(), {**params, "ids": session_ids})
+        return sorted(row["id"] for row in outcome.rows)
     renewed = []
     for session_id in session_ids:
         outcome = yield Step(statements.renew_lease(), {**params, "session_id": session_id})
@@ -296,13 +414,15 @@ def _renew(
     return renewed
 
 
-def _reclaim(
-    _caps: Capabilities, scope: ReclaimScope, params: Mapping[str, Any]
-) -> Body[list[str]]:
+def _reclaim(caps: Capabilities, scope: ReclaimScope, params: Mapping[str, Any]) -> Body[list[str]]:
+    transition = statements.reclaim_handoffs(scope)
+    if caps.single_statement:
+        moved = yield from _move(caps, transition, params)
+        return [] if moved is None else sorted(row["id"] for row in moved.rows)
     locked = yield Step(statements.reclaimable(scope, lock=True), params)
     if not locked.rows:
         return []
-    yield from _move(statements.reclaim_handoffs(scope), params, expected=len(locked.rows))
+    yield from _move(caps, transition, params, expected=len(locked.rows))
     return sorted(row["id"] for row in locked.rows)
 
 
@@ -396,18 +516,29 @@ class Repository:
         values["source"] = require_identifier("source", source, max_length=NAME_LENGTH)
         return Plan(_create_session, values, writes=True)
 
-    def append_message(self, session_id: object, role: object, content: object) -> Plan[int]:
+    def append_message(
+        self,
+        session_id: object,
+        role: object,
+        content: object,
+        fields: Mapping[str, object] | None = None,
+    ) -> Plan[int]:
+        """Append a live message with upstream's optional fields; the session's message and
+        tool-call counters move in the same transaction."""
+        values, tool_calls, timestamp = require_message_fields(fields or {})
         params = {
+            **values,
             "session_id": require_identifier("session_id", session_id),
             "role": require_identifier("role", role, max_length=ROLE_LENGTH),
             "content": require_text("content", content),
-            "now": self.clock(),
+            "now": self.clock() if timestamp is None else timestamp,
+            "tool_calls_added": tool_calls,
         }
         return Plan(_append_message, params, writes=True)
 
     def get_messages(self, session_id: object) -> Plan[list[Row]]:
         params = {"session_id": require_identifier("session_id", session_id)}
-        return Plan(_rows, statements.get_messages(), params, writes=False)
+        return Plan(_transcript, params, writes=False)
 
     # handoff transitions
 
@@ -451,6 +582,32 @@ class Repository:
         after = functools.partial(self.ledger.record, params["session_id"])
         return Plan(_claim, params, writes=True, after=after)
 
+    def claim_pending_handoffs(self, limit: object, platform: object = None) -> Plan[list[Row]]:
+        """Up to ``limit`` pending rows (of ``platform``, when given) claimed in one go."""
+        params: dict[str, Any] = {
+            "limit": require_count("limit", limit, maximum=MAX_BATCH),
+            "now": self.clock(),
+            "actor": self.actor,
+        }
+        if platform is not None:
+            params["platform"] = require_identifier("platform", platform, max_length=NAME_LENGTH)
+        ownership = self.ownership
+        params["owner"] = ownership.owner if ownership else None
+        params["lease_expires_at"] = ownership.lease_until(params["now"]) if ownership else None
+        return Plan(
+            _claim_batch,
+            platform is not None,
+            params,
+            writes=True,
+            after=self._record_claims,
+        )
+
+    def _record_claims(self, rows: list[Row]) -> list[Row]:
+        if self.ownership is not None:
+            for row in rows:
+                self.ledger.record(row["id"], int(row["handoff_attempt"]))
+        return rows
+
     def complete_handoff(self, session_id: object) -> Plan[bool]:
         params = self._transition_params(session_id)
         if self.ownership is None:  # nothing was recorded by claim_handoff: nothing to forget
@@ -472,6 +629,39 @@ class Repository:
         after = functools.partial(self.ledger.forget, params["session_id"])
         transition = statements.fail_handoff(from_states, fence)
         return Plan(_moved, transition, params, writes=True, after=after)
+
+    def complete_handoffs(self, session_ids: object) -> Plan[dict[str, bool]]:
+        """running -> completed for many rows at once, each fenced like :meth:`complete_handoff`."""
+        ids = require_identifiers("session_ids", session_ids)
+        return self._finish_claims(HandoffState.COMPLETED, dict.fromkeys(ids))
+
+    def fail_handoffs(self, errors: object) -> Plan[dict[str, bool]]:
+        """running -> failed for many rows at once (``{id: error}``), each with its own error,
+        each fenced like :meth:`fail_handoff` on a running row."""
+        if not isinstance(errors, Mapping):
+            kind = type(errors).__name__
+            raise InvalidInputTypeError(f"errors must be a mapping of id to error, not {kind}")
+        ids = require_identifiers("errors", list(errors))
+        return self._finish_claims(HandoffState.FAILED, {i: clean_error(errors[i]) for i in ids})
+
+    def _finish_claims(
+        self, state: HandoffState, errors: Mapping[str, str | None]
+    ) -> Plan[dict[str, bool]]:
+        if not errors:
+            return Plan(_nothing_finished, writes=False)
+        claims: list[Claim] = []
+        for session_id, error in errors.items():
+            fence, fence_params = self.ledger.fence(session_id, self.ownership)
+            claims.append((session_id, fence, fence_params.get("attempt"), error))
+        owner = self.ownership.owner if self.ownership else None
+        params = {"now": self.clock(), "actor": self.actor, "owner": owner}
+        after = self._forget_finished
+        return Plan(_finish_claims, state, claims, params, writes=True, after=after)
+
+    def _forget_finished(self, done: dict[str, bool]) -> dict[str, bool]:
+        for session_id, finished in done.items():
+            self.ledger.forget(session_id, finished)
+        return done
 
     def renew_handoff_leases(self, session_ids: object) -> Plan[list[str]]:
         # In id order, like the row locks a reclaim takes: opposite orders would deadlock.
@@ -526,13 +716,46 @@ class Repository:
     def list_pending_handoffs(self) -> Plan[list[Row]]:
         return Plan(_rows, statements.list_handoffs(HandoffState.PENDING), {}, writes=False)
 
-    def list_handoffs(self, state: object = None, limit: object = None) -> Plan[list[Row]]:
-        """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them."""
+    def list_handoffs(
+        self,
+        state: object = None,
+        limit: object = None,
+        after: object = None,
+        search: object = None,
+    ) -> Plan[list[Row]]:
+        """Rows in ``state`` (every handed-off row for None), at most ``limit`` of them, those
+        sorting after the session ``after`` (a page's last id), with ``search`` in their id."""
         wanted = None if state is None else require_state(state)
-        if limit is None:
-            return Plan(_rows, statements.list_handoffs(wanted), {}, writes=False)
+        params: dict[str, Any] = {}
+        if limit is not None:
+            params["limit"] = require_count("limit", limit)
+        if after is not None:
+            params["after"] = require_identifier("after", after)
+        if search is not None:
+            needle = require_text("search", search, nullable=False) or ""
+            escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
+            params["search"] = f"%{escaped}%"
+        statement = statements.list_handoffs(
+            wanted, limit is not None, after=after is not None, search=search is not None
+        )
+        return Plan(_rows, statement, params, writes=False)
+
+    def get_session(self, session_id: object) -> Plan[Row | None]:
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_first_row, statements.get_session(), params, writes=False)
+
+    def handoff_events_after(self, after: object, limit: object) -> Plan[list[Row]]:
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise InvalidInputError(f"after must be an event id (a number >= 0), not {after!r}")
+        params = {"after": after, "limit": require_count("limit", limit)}
+        return Plan(_rows, statements.handoff_events_after(), params, writes=False)
+
+    def recent_handoff_failures(self, limit: object) -> Plan[list[Row]]:
         params = {"limit": require_count("limit", limit)}
-        return Plan(_rows, statements.list_handoffs(wanted, limited=True), params, writes=False)
+        return Plan(_rows, statements.recent_failed_events(), params, writes=False)
+
+    def last_handoff_event_id(self) -> Plan[int]:
+        return Plan(_last_event_id, writes=False)
 
     def list_sessions(
         self,
@@ -558,10 +781,6 @@ class Repository:
         )
         return Plan(_rows, statement, params, writes=False)
 
-    def get_session(self, session_id: object) -> Plan[Row | None]:
-        params = {"session_id": require_identifier("session_id", session_id)}
-        return Plan(_first_row, statements.get_session(), params, writes=False)
-
     def has_pending_handoffs(self) -> Plan[bool]:
         return Plan(_has_rows, statements.has_pending_handoffs(), writes=False)
 
@@ -570,7 +789,18 @@ class Repository:
         return Plan(_first_row, statements.get_handoff_state(), params, writes=False)
 
     def handoff_stats(self) -> Plan[Row]:
-        return Plan(_stats, self.clock(), writes=False)
+        return Plan(_stats, self.clock(), writes=False, single_statement=False)
+
+
+def _nothing_finished(_caps: Capabilities) -> Body[dict[str, bool]]:
+    yield from ()  # no claim given: no statement to run
+    return {}
+
+
+def _last_event_id(_caps: Capabilities) -> Body[int]:
+    outcome = yield Step(statements.last_handoff_event_id())
+    last = outcome.rows[0]["last"] if outcome.rows else None
+    return int(last or 0)
 
 
 def _nothing_renewed(_caps: Capabilities) -> Body[list[str]]:

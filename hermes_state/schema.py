@@ -31,11 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEAD_REVISION",
+    "NO_REVISION",
     "VERSION_TABLE",
+    "Comparison",
     "Drift",
     "HistoryEntry",
     "bring_current",
     "check",
+    "compare",
     "current_revision",
     "downgrade",
     "ensure_current",
@@ -47,8 +50,10 @@ __all__ = [
 ]
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
-HEAD_REVISION: Final = "0003_handoff_events"
+HEAD_REVISION: Final = "0004_upstream_columns"
 VERSION_TABLE: Final = "hermes_state_alembic_version"
+#: What ``db current``, ``db check`` and ``db copy`` call a database without a revision.
+NO_REVISION: Final = "base"
 #: Bookkeeping table of the baseline migration: what adoption added, so downgrade removes only that.
 ADOPTION_TABLE: Final = "hermes_state_adoption"
 
@@ -92,7 +97,7 @@ def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None
     if revision is not None and not _is_known(revision):
         raise _too_new(where, revision)
     raise SchemaOutOfDateError(
-        f"{where} is at revision {revision or 'none'}, behind {HEAD_REVISION}; "
+        f"{where} is at revision {revision or NO_REVISION}, behind {HEAD_REVISION}; "
         f"run `hermes-state --url '{where}' db upgrade` and try again"
     )
 
@@ -212,29 +217,74 @@ class Drift:
         return f"{self.kind}: {self.detail}"
 
 
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """``db check``'s finding: drift, and the differences an adopted file is allowed to keep."""
+
+    drifts: list[Drift]
+    #: Pre-existing legacy columns of an adopted file that differ from the models (nullability,
+    #: types): the migrations left them as they were, on purpose; not drift.
+    adopted: list[Drift]
+
+
 def check(url: URL) -> list[Drift]:
     """Differences between the models and the database; legacy extras are not drift."""
+    return compare(url).drifts
+
+
+def compare(url: URL) -> Comparison:
+    """The models against the database, adopted legacy differences set apart."""
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from .migration_support import context_options, describe_diffs
+    from .migration_support import context_options, describe_diffs, modified_column
     from .models import metadata
 
     with migration_connection(url, read_only=True) as connection:
         drifts: list[Drift] = []
+        adopted: list[Drift] = []
         revision = current_revision(connection)
         if revision != HEAD_REVISION:
             drifts.append(
-                Drift("revision", f"database is at {revision or 'none'}, head is {HEAD_REVISION}")
+                Drift(
+                    "revision",
+                    f"database is at {revision or NO_REVISION}, head is {HEAD_REVISION}",
+                )
             )
+        added = _added_by_adoption(connection)
         context = MigrationContext.configure(
             connection, opts=context_options(connection.dialect.name)
         )
-        drifts.extend(
-            Drift(*words)
-            for words in describe_diffs(
-                compare_metadata(context, metadata), connection.dialect.name
+        for diff, words in describe_diffs(
+            compare_metadata(context, metadata), connection.dialect.name, with_diffs=True
+        ):
+            column = modified_column(diff)
+            legacy = (
+                column is not None
+                and added is not None
+                and column[0] not in added.tables
+                and column not in added.columns
             )
-        )
+            (adopted if legacy else drifts).append(Drift(*words))
         connection.rollback()
-        return drifts
+        return Comparison(drifts, adopted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Added:
+    tables: set[str]
+    columns: set[tuple[str, str]]
+
+
+def _added_by_adoption(connection: Connection) -> _Added | None:
+    """What the baseline migration added to this database (None: no record, nothing adopted)."""
+    if not inspect(connection).has_table(ADOPTION_TABLE):
+        return None
+    query = text(f"SELECT kind, table_name, name FROM {ADOPTION_TABLE}")  # noqa: S608
+    added = _Added(set(), set())
+    for kind, table_name, name in connection.execute(query):
+        if kind == "table":
+            added.tables.add(table_name)
+        elif kind == "column":
+            added.columns.add((table_name, name))
+    return added

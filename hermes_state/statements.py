@@ -23,6 +23,7 @@ from sqlalchemy import (
     Dialect,
     Double,
     Insert,
+    Integer,
     Select,
     String,
     Text,
@@ -38,37 +39,51 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.sql.util import ClauseAdapter
 
 from .models import REQUESTABLE_STATES, HandoffState, handoff_events, messages, sessions
 
 __all__ = [
     "EVENT_COLUMNS",
     "HANDOFF_CHANNEL",
+    "MESSAGE_FIELDS",
     "SESSION_FIELDS",
     "Capabilities",
     "Fence",
+    "PickedClaim",
     "ReclaimScope",
     "Transition",
     "append_message",
+    "append_message_counted",
     "claim_handoff",
+    "claim_pending_statement",
+    "claim_pending_transition",
+    "claim_picked",
     "claimed_attempt",
     "complete_handoff",
+    "count_appended_message",
     "count_failures_since",
     "count_handoffs_by_state",
     "fail_handoff",
+    "finish_claims",
     "get_handoff_state",
     "get_messages",
+    "get_session",
+    "handoff_events_after",
     "handoff_history",
     "has_pending_handoffs",
     "insert_session",
+    "last_handoff_event_id",
     "list_handoffs",
     "notify_handoff_requested",
     "oldest_pending_requested_at",
     "prune_events",
+    "recent_failed_events",
     "recent_failures",
     "reclaim_handoffs",
     "reclaimable",
     "renew_lease",
+    "renew_leases",
     "request_handoff",
     "running_by_owner",
     "state_is",
@@ -83,6 +98,29 @@ SESSION_FIELDS = (
     "started_at",
     "ended_at",
     "end_reason",
+    "model_config",
+    "system_prompt",
+)
+
+#: Optional columns a caller may set through ``append_message(..., **fields)``: upstream's
+#: message fields. ``active`` is not one: an appended turn is always live.
+MESSAGE_FIELDS = (
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "effect_disposition",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "codex_reasoning_items",
+    "codex_message_items",
+    "platform_message_id",
+    "observed",
+    "api_content",
+    "display_kind",
+    "display_metadata",
 )
 
 _c = sessions.c
@@ -105,6 +143,12 @@ class Capabilities:
             update_returning=bool(dialect.update_returning),
             insert_returning=bool(dialect.insert_returning),
         )
+
+    @property
+    def single_statement(self) -> bool:
+        """Whether every transition is one statement here (:attr:`Transition.single`):
+        PostgreSQL, whose data-modifying CTEs lock, move and record in one round trip."""
+        return self.name == "postgresql"
 
 
 def _literal(state: HandoffState) -> ColumnElement[str]:
@@ -149,24 +193,57 @@ def insert_session(dialect_name: str) -> Insert:
 
 @functools.cache
 def append_message(returning: bool) -> Insert:
-    """Append a transcript entry, inserting nothing when the session does not exist."""
+    """Append a live transcript entry with every message field (NULL when not given), inserting
+    nothing when the session does not exist."""
+    m = messages.c
     # Typed parameters: in a SELECT list nothing else tells the driver (asyncpg asks) their types.
+    fields = [bindparam(name, type_=m[name].type) for name in MESSAGE_FIELDS]
     row = select(
-        bindparam("session_id", type_=messages.c.session_id.type),
-        bindparam("role", type_=messages.c.role.type),
-        bindparam("content", type_=messages.c.content.type),
-        bindparam("now", type_=messages.c.timestamp.type),
+        bindparam("session_id", type_=m.session_id.type),
+        bindparam("role", type_=m.role.type),
+        bindparam("content", type_=m.content.type),
+        bindparam("now", type_=m.timestamp.type),
+        *fields,
+        literal_column("1"),
     ).where(exists().where(_c.id == bindparam("session_id")))
-    stmt = messages.insert().from_select(["session_id", "role", "content", "timestamp"], row)
-    return stmt.returning(messages.c.id) if returning else stmt
+    names = ["session_id", "role", "content", "timestamp", *MESSAGE_FIELDS, "active"]
+    stmt = messages.insert().from_select(names, row)
+    return stmt.returning(m.id) if returning else stmt
 
 
 @functools.cache
-def get_messages() -> Select[tuple[int, str, str, str | None, float]]:
+def count_appended_message() -> Update:
+    """Upstream's counters after one append, in the append's transaction: one more message and
+    ``:tool_calls_added`` more tool calls (a NULL counter stays NULL, as upstream leaves it)."""
+    return (
+        sessions.update()
+        .where(_c.id == bindparam("session_id"))
+        .values(
+            message_count=_c.message_count + 1,
+            tool_call_count=_c.tool_call_count + bindparam("tool_calls_added", type_=Integer()),
+        )
+    )
+
+
+@functools.cache
+def append_message_counted() -> Select[tuple[int]]:
+    """PostgreSQL, one statement: the append and its counters (see :func:`append_message` and
+    :func:`count_appended_message`); returns the new id, no row for an unknown session."""
+    inserted = append_message(True).cte("inserted")
+    counted = count_appended_message().where(exists(select(inserted.c.id))).cte("counted")
+    return select(inserted.c.id).add_cte(counted)
+
+
+@functools.cache
+def get_messages() -> Select[Any]:
+    """The live transcript (rewound turns, ``active = 0``, left out), oldest first, with every
+    column the table has: ``*`` also reads the columns of an adopted file the models do not
+    know, with no reflection and one compiled statement."""
     m = messages.c
     return (
-        select(m.id, m.session_id, m.role, m.content, m.timestamp)
-        .where(m.session_id == bindparam("session_id"))
+        select(literal_column("*"))
+        .select_from(messages)
+        .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
         .order_by(m.id)
     )
 
@@ -221,17 +298,23 @@ def _finished(state: HandoffState, error: ColumnElement[Any] | None) -> dict[str
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One state-machine move as two statements sharing one condition.
+    """One state-machine move, as two statements sharing one condition or as one statement.
 
     ``record`` appends the audit row, selecting the session rows the move applies to (their
     current state is the event's ``from_state``) and locking them (FOR UPDATE on servers;
     SQLite's BEGIN IMMEDIATE already serialises writers). ``apply`` then updates exactly those
     rows. Run in that order in one transaction, the move and its event commit or vanish
     together, and a lost race inserts no event and updates nothing.
+
+    ``single`` is the same move as one PostgreSQL statement, safe in autocommit: a CTE locks
+    the rows (``locked``, keeping their state as ``from_state``), moves them (``moved``) and
+    records their events from what moved, then returns each moved row's ``id`` and
+    ``handoff_attempt`` (and, for requests, wakes LISTENing watchers with ``pg_notify``).
     """
 
     record: Insert
     apply: Update
+    single: Select[Any]
 
 
 def _transition(
@@ -242,6 +325,7 @@ def _transition(
     detail: ColumnElement[Any] | None = None,
     attempt: ColumnElement[Any] | None = None,
     skip_locked: bool = False,
+    notify: bool = False,
 ) -> Transition:
     source = (
         select(
@@ -257,7 +341,52 @@ def _transition(
         .with_for_update(skip_locked=skip_locked)
     )
     record = handoff_events.insert().from_select(EVENT_COLUMNS, source)
-    return Transition(record, sessions.update().where(condition).values(**values))
+    apply = sessions.update().where(condition).values(**values)
+    single = _single_statement(to_state, condition, values, detail, skip_locked, notify)
+    return Transition(record, apply, single)
+
+
+def _single_statement(
+    to_state: HandoffState,
+    condition: ColumnElement[bool],
+    values: dict[str, Any],
+    detail: ColumnElement[Any] | None,
+    skip_locked: bool,
+    notify: bool,
+) -> Select[Any]:
+    # Rows are locked in id order, as every multi-row lock here is: no two statements can
+    # then wait for each other's rows.
+    locked = (
+        select(_c.id, _c.handoff_state.label("from_state"))
+        .where(condition)
+        .order_by(_c.id)
+        .with_for_update(skip_locked=skip_locked)
+        .cte("locked")
+    )
+    moved = (
+        sessions.update()
+        .where(_c.id == locked.c.id)
+        .values(**values)
+        .returning(_c.id, _c.handoff_attempt, _c.handoff_platform, locked.c.from_state)
+        .cte("moved")
+    )
+    # The event reads the moved row: its attempt is the new one for a claim and unchanged
+    # otherwise, and a detail naming the platform names the one the row now has.
+    from_moved = ClauseAdapter(moved)
+    event = select(
+        moved.c.id,
+        moved.c.from_state,
+        _literal(to_state),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null() if detail is None else from_moved.traverse(detail),
+    )
+    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    answer: list[ColumnElement[Any]] = [moved.c.id, moved.c.handoff_attempt]
+    if notify:
+        answer.append(func.pg_notify(HANDOFF_CHANNEL, moved.c.id).label("notified"))
+    return select(*answer).add_cte(recorded)
 
 
 def _one_session(condition: ColumnElement[bool]) -> ColumnElement[bool]:
@@ -289,6 +418,7 @@ def request_handoff(retry: bool = False) -> Transition:
             "handoff_lease_expires_at": None,
         },
         detail=literal(reason) + platform,
+        notify=True,
     )
 
 
@@ -296,6 +426,16 @@ def request_handoff(retry: bool = False) -> Transition:
 def notify_handoff_requested() -> Select[tuple[object]]:
     """PostgreSQL: wake LISTENing watchers when the requesting transaction commits."""
     return select(func.pg_notify(HANDOFF_CHANNEL, bindparam("session_id", type_=String())))
+
+
+def _claimed_values() -> dict[str, Any]:
+    return {
+        "handoff_state": _literal(HandoffState.RUNNING),
+        "handoff_claimed_at": bindparam("now"),
+        "handoff_owner": bindparam("owner", type_=String()),
+        "handoff_lease_expires_at": bindparam("lease_expires_at", type_=Double()),
+        "handoff_attempt": _c.handoff_attempt + 1,
+    }
 
 
 @functools.cache
@@ -311,19 +451,101 @@ def claim_handoff(returning: bool) -> Transition:
     transition = _transition(
         HandoffState.RUNNING,
         _one_session(state_is(HandoffState.PENDING)),
-        {
-            "handoff_state": _literal(HandoffState.RUNNING),
-            "handoff_claimed_at": bindparam("now"),
-            "handoff_owner": bindparam("owner", type_=String()),
-            "handoff_lease_expires_at": bindparam("lease_expires_at", type_=Double()),
-            "handoff_attempt": _c.handoff_attempt + 1,
-        },
+        _claimed_values(),
         attempt=_c.handoff_attempt + 1,
         skip_locked=True,
     )
     if not returning:
         return transition
-    return Transition(transition.record, transition.apply.returning(_c.handoff_attempt))
+    return Transition(
+        transition.record, transition.apply.returning(_c.handoff_attempt), transition.single
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PickedClaim:
+    """A batch claim for MySQL/MariaDB, which allow no ``LIMIT`` in an ``IN`` subquery and have
+    no ``UPDATE ... RETURNING``: ``pick`` locks the oldest pending ids (``SKIP LOCKED``), the
+    ``transition`` records and moves exactly those ``:ids``, and ``fetch`` reads them back."""
+
+    pick: Select[tuple[str]]
+    transition: Transition
+    fetch: Select[Any]
+
+
+def _pending_on(by_platform: bool) -> ColumnElement[bool]:
+    pending = state_is(HandoffState.PENDING)
+    if not by_platform:
+        return pending
+    return and_(pending, _c.handoff_platform == bindparam("platform", type_=String()))
+
+
+def _oldest_pending(by_platform: bool) -> Select[tuple[str]]:
+    return (
+        select(_c.id)
+        .where(_pending_on(by_platform))
+        .order_by(_c.started_at, _c.id)
+        .limit(bindparam("limit"))
+    )
+
+
+def _claim_where(condition: ColumnElement[bool]) -> Transition:
+    return _transition(
+        HandoffState.RUNNING, condition, _claimed_values(), attempt=_c.handoff_attempt + 1
+    )
+
+
+# Batch claims: pending -> running for up to ``:limit`` rows (of ``:platform`` when
+# ``by_platform``), oldest ``started_at`` first, stamping ``:owner``, ``:lease_expires_at`` and
+# the next attempt, with one event per row. One builder per dialect family.
+
+
+@functools.cache
+def claim_pending_statement(by_platform: bool) -> Select[Any]:
+    """PostgreSQL, one statement: a CTE locks the rows (``FOR UPDATE SKIP LOCKED``, so
+    concurrent claimers take disjoint rows instead of waiting), moves them, records their
+    events, and returns the rows as claimed."""
+    picked = _oldest_pending(by_platform).with_for_update(skip_locked=True).cte("picked")
+    moved = (
+        sessions.update()
+        .where(_c.id == picked.c.id)
+        .values(**_claimed_values())
+        .returning(*sessions.c)
+        .cte("moved")
+    )
+    event = select(
+        moved.c.id,
+        _literal(HandoffState.PENDING),
+        _literal(HandoffState.RUNNING),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null(),
+    )
+    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    return select(moved).add_cte(recorded)
+
+
+@functools.cache
+def claim_pending_transition(by_platform: bool) -> Transition:
+    """SQLite: the events, then ``UPDATE ... RETURNING`` the rows, both selecting through one
+    ordered, limited subquery. ``BEGIN IMMEDIATE`` made the transaction the only writer, so
+    both statements see the same rows."""
+    # No state test beside the subquery's: SQLite would then walk every pending row through
+    # the partial index to test membership, instead of looking up the few ids by key.
+    transition = _claim_where(_c.id.in_(_oldest_pending(by_platform)))
+    return Transition(transition.record, transition.apply.returning(*sessions.c), transition.single)
+
+
+@functools.cache
+def claim_picked(by_platform: bool) -> PickedClaim:
+    """MySQL/MariaDB: see :class:`PickedClaim`."""
+    chosen = _c.id.in_(bindparam("ids", expanding=True))
+    return PickedClaim(
+        pick=_oldest_pending(by_platform).with_for_update(skip_locked=True),
+        transition=_claim_where(and_(chosen, _pending_on(by_platform))),
+        fetch=select(sessions).where(chosen),
+    )
 
 
 @functools.cache
@@ -366,6 +588,79 @@ def renew_lease() -> Update:
         .where(_c.id == bindparam("session_id"), _running_under(Fence.OWNER))
         .values(handoff_lease_expires_at=bindparam("lease_expires_at"))
     )
+
+
+@functools.cache
+def finish_claims(state: HandoffState, fenced: bool) -> Select[tuple[str]]:
+    """PostgreSQL, one statement: running -> ``state`` for many rows, each with its own
+    attempt and error, given as the parallel arrays ``:ids``, ``:attempts`` and ``:errors``.
+
+    With ``fenced``, a row moves only while running under ``:owner`` and, where its attempt is
+    given, under that attempt (:attr:`Fence.CLAIM`; else :attr:`Fence.OWNER`). Rows are locked in
+    id order; the events carry each row's error; returns the ids that moved.
+    """
+    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds this
+
+    claims = (
+        func.unnest(
+            bindparam("ids", type_=ARRAY(String())),
+            bindparam("attempts", type_=ARRAY(Integer())),
+            bindparam("errors", type_=ARRAY(Text())),
+        )
+        .table_valued("id", "attempt", "error")
+        .render_derived(with_types=False)
+    )
+    condition = and_(_c.id == claims.c.id, state_is(HandoffState.RUNNING))
+    if fenced:
+        same_attempt = or_(claims.c.attempt.is_(None), _c.handoff_attempt == claims.c.attempt)
+        condition = and_(condition, _c.handoff_owner == bindparam("owner"), same_attempt)
+    locked = (
+        select(_c.id, claims.c.error)
+        .where(condition)
+        .order_by(_c.id)
+        .with_for_update(of=sessions)
+        .cte("locked")
+    )
+    error = None if state is HandoffState.COMPLETED else locked.c.error
+    moved = (
+        sessions.update()
+        .where(_c.id == locked.c.id)
+        .values(**_finished(state, error))
+        .returning(_c.id, _c.handoff_attempt, locked.c.error)
+        .cte("moved")
+    )
+    event = select(
+        moved.c.id,
+        _literal(HandoffState.RUNNING),
+        _literal(state),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null() if state is HandoffState.COMPLETED else moved.c.error,
+    )
+    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    return select(moved.c.id).add_cte(recorded)
+
+
+@functools.cache
+def renew_leases() -> Select[tuple[str]]:
+    """PostgreSQL: extend in one statement the leases of the ``:ids`` this owner still holds,
+    locking them in id order (as a reclaim does); returns the ids renewed."""
+    locked = (
+        select(_c.id)
+        .where(_c.id.in_(bindparam("ids", expanding=True)), _running_under(Fence.OWNER))
+        .order_by(_c.id)
+        .with_for_update()
+        .cte("locked")
+    )
+    renewed = (
+        sessions.update()
+        .where(_c.id == locked.c.id)
+        .values(handoff_lease_expires_at=bindparam("lease_expires_at"))
+        .returning(_c.id)
+        .cte("renewed")
+    )
+    return select(renewed.c.id)
 
 
 def _reclaimable(scope: ReclaimScope) -> ColumnElement[bool]:
@@ -482,12 +777,36 @@ def running_by_owner() -> Select[tuple[str | None, int, int, int]]:
 
 
 @functools.cache
-def list_handoffs(state: HandoffState | None, limited: bool = False) -> Select[tuple[object, ...]]:
+def list_handoffs(
+    state: HandoffState | None,
+    limited: bool = False,
+    *,
+    after: bool = False,
+    search: bool = False,
+) -> Select[tuple[object, ...]]:
     """Whole rows in ``state`` (any handoff state for None), oldest session first, at most
     ``:limit`` when ``limited``. O(rows) for pending and running, which are indexed; a scan for
-    the others, which only administrators list."""
+    the others, which only administrators list.
+
+    ``after``: only rows that sort after the session ``:after`` (keyset paging on
+    ``started_at, id``; an unknown ``:after`` yields nothing). ``search``: only ids containing
+    ``:search`` (LIKE wildcards in it are escaped by the caller with ``/``)."""
     condition = _c.handoff_state.is_not(None) if state is None else state_is(state)
-    stmt = select(sessions).where(condition).order_by(_c.started_at, _c.id)
+    stmt = select(sessions).where(condition)
+    if after:
+        cursor = sessions.alias("cursor")
+        start = (
+            select(cursor.c.started_at).where(cursor.c.id == bindparam("after")).scalar_subquery()
+        )
+        stmt = stmt.where(
+            or_(
+                _c.started_at > start,
+                and_(_c.started_at == start, _c.id > bindparam("after")),
+            )
+        )
+    if search:
+        stmt = stmt.where(_c.id.like(bindparam("search"), escape="/"))
+    stmt = stmt.order_by(_c.started_at, _c.id)
     return stmt.limit(bindparam("limit")) if limited else stmt
 
 
@@ -511,8 +830,38 @@ def list_sessions(
 
 @functools.cache
 def get_session() -> Select[tuple[object, ...]]:
-    """One whole session row."""
+    """The whole row of ``:session_id``."""
     return select(sessions).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def handoff_events_after() -> Select[tuple[Any, ...]]:
+    """Events with an id above ``:after``, oldest first, at most ``:limit``: the change feed a
+    dashboard follows (every transition writes one, whichever process made it)."""
+    return (
+        select(
+            _e.id, _e.session_id, _e.from_state, _e.to_state, _e.at, _e.actor, _e.attempt, _e.detail
+        )
+        .where(_e.id > bindparam("after"))
+        .order_by(_e.id)
+        .limit(bindparam("limit"))
+    )
+
+
+@functools.cache
+def recent_failed_events() -> Select[tuple[Any, ...]]:
+    """The newest ``:limit`` failure events, newest first (their detail is the error)."""
+    return (
+        select(_e.id, _e.session_id, _e.from_state, _e.at, _e.actor, _e.attempt, _e.detail)
+        .where(_e.to_state == _literal(HandoffState.FAILED))
+        .order_by(_e.id.desc())
+        .limit(bindparam("limit"))
+    )
+
+
+@functools.cache
+def last_handoff_event_id() -> Select[tuple[int | None]]:
+    return select(func.max(_e.id).label("last"))
 
 
 @functools.cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -152,12 +152,21 @@ class SessionDB(StoreSettings):
         """Make sure the session exists (same as ``create_session``, with a default source)."""
         return self.create_session(session_id, source, **fields)
 
-    def append_message(self, session_id: str, role: str, content: str | None) -> int:
-        """Append to the session's transcript; returns the message id."""
-        return self._run(self._plans.append_message(session_id, role, content))
+    def append_message(
+        self, session_id: str, role: str, content: str | None = None, **fields: Any
+    ) -> int:
+        """Append a live message to the session's transcript; returns the message id.
+
+        ``fields`` are upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict
+        or its JSON text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning
+        fields, ``platform_message_id``, ``observed``, ...; see the README). The session's
+        ``message_count`` and ``tool_call_count`` move in the same transaction.
+        """
+        return self._run(self._plans.append_message(session_id, role, content, fields))
 
     def get_messages(self, session_id: str) -> list[Row]:
-        """The transcript, oldest first, as dicts (id, session_id, role, content, timestamp)."""
+        """The live transcript (rewound turns left out), oldest first: one dict per message
+        with every column the table has, ``tool_calls`` decoded from JSON."""
         return self._run(self._plans.get_messages(session_id))
 
     # -- handoff transitions ------------------------------------------------------------------
@@ -174,6 +183,12 @@ class SessionDB(StoreSettings):
         """pending -> running, atomically: of concurrent claimers exactly one gets True."""
         return self._run(self._plans.claim_handoff(session_id))
 
+    def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
+        """Claim up to ``limit`` pending rows (of ``platform``, when given), oldest
+        ``started_at`` first, in one statement where the backend allows; returns them as
+        claimed (running, owner, lease, attempt). Concurrent callers get disjoint rows."""
+        return self._run(self._plans.claim_pending_handoffs(limit, platform))
+
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed, clearing the error. With an owner, only this store's claim."""
         return self._run(self._plans.complete_handoff(session_id))
@@ -185,6 +200,19 @@ class SessionDB(StoreSettings):
         states it may fail from (a waiter passes ``("pending",)`` so a claimed row is never
         failed under its gateway). With an owner, a running row only under this store's claim."""
         return self._run(self._plans.fail_handoff(session_id, error, only_states))
+
+    def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]:
+        """Complete many running rows at once (one statement on PostgreSQL, one transaction
+        elsewhere), each fenced like :meth:`complete_handoff` on its own claim's attempt.
+        Returns ``{id: completed}``: False for each row refused (not running, not this
+        store's claim)."""
+        return self._run(self._plans.complete_handoffs(session_ids))
+
+    def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
+        """Fail many running rows at once, ``{id: error}``, each error stored as
+        ``str(error)[:500]`` and each row fenced like :meth:`fail_handoff`. Returns
+        ``{id: failed}``."""
+        return self._run(self._plans.fail_handoffs(errors))
 
     def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         """Extend the leases this owner still holds; returns the ids renewed."""
@@ -227,9 +255,34 @@ class SessionDB(StoreSettings):
         """Pending rows, whole, oldest ``started_at`` first."""
         return self._run(self._plans.list_pending_handoffs())
 
-    def list_handoffs(self, state: str | None = None, *, limit: int | None = None) -> list[Row]:
-        """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first."""
-        return self._run(self._plans.list_handoffs(state, limit))
+    def list_handoffs(
+        self,
+        state: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        search: str | None = None,
+    ) -> list[Row]:
+        """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first;
+        ``after`` a session id: the page that follows it; ``search``: ids containing it."""
+        return self._run(self._plans.list_handoffs(state, limit, after, search))
+
+    def get_session(self, session_id: str) -> Row | None:
+        """The session's whole row (every column), or None for an unknown id."""
+        return self._run(self._plans.get_session(session_id))
+
+    def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
+        """Audit events with an id above ``after``, oldest first: what changed since then, by
+        any process (each transition records one)."""
+        return self._run(self._plans.handoff_events_after(after, limit))
+
+    def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]:
+        """The newest failure events of the audit trail, newest first (``detail``: the error)."""
+        return self._run(self._plans.recent_handoff_failures(limit))
+
+    def last_handoff_event_id(self) -> int:
+        """The newest audit event's id (0 when there is none): where a change feed starts."""
+        return self._run(self._plans.last_handoff_event_id())
 
     def list_sessions(
         self,
@@ -242,10 +295,6 @@ class SessionDB(StoreSettings):
         """Whole session rows, newest ``started_at`` first, optionally filtered by source,
         handoff state and start time (epoch seconds, inclusive), at most ``limit``."""
         return self._run(self._plans.list_sessions(source, handoff_state, since, limit))
-
-    def get_session(self, session_id: str) -> Row | None:
-        """The whole session row, or None for an unknown id."""
-        return self._run(self._plans.get_session(session_id))
 
     def has_pending_handoffs(self) -> bool:
         """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""

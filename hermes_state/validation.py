@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
@@ -17,6 +18,7 @@ __all__ = [
     "require_fields",
     "require_identifier",
     "require_identifiers",
+    "require_message_fields",
     "require_only_states",
     "require_scope",
     "require_seconds",
@@ -88,12 +90,14 @@ def require_text(name: str, value: object, *, nullable: bool = True) -> str | No
     return value
 
 
-def require_count(name: str, value: object) -> int:
-    """A whole number >= 1."""
+def require_count(name: str, value: object, *, maximum: int | None = None) -> int:
+    """A whole number >= 1 (and <= ``maximum`` when given)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
     if value < 1:
         raise InvalidInputError(f"{name} must be at least 1, not {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidInputError(f"{name} must be at most {maximum}, not {value}")
     return value
 
 
@@ -107,6 +111,19 @@ def require_seconds(name: str, value: object) -> float:
     return seconds
 
 
+def _model_config(value: object) -> str | None:
+    """Upstream stores the model configuration as JSON text of a dict (NULL when empty)."""
+    if isinstance(value, str):
+        value = _parsed_json("model_config", value)
+    if not value:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInputTypeError(
+            f"model_config must be a dict (or its JSON text), not {_type_name(value)}"
+        )
+    return _json_text("model_config", value)
+
+
 _FIELD_CHECKS: Final[dict[str, Callable[[object], object]]] = {
     "user_id": lambda v: None if v is None else require_identifier("user_id", v),
     "title": lambda v: require_text("title", v),
@@ -117,6 +134,8 @@ _FIELD_CHECKS: Final[dict[str, Callable[[object], object]]] = {
     "started_at": lambda v: require_seconds("started_at", v),
     "ended_at": lambda v: None if v is None else require_seconds("ended_at", v),
     "end_reason": lambda v: require_text("end_reason", v),
+    "model_config": _model_config,
+    "system_prompt": lambda v: require_text("system_prompt", v),
 }
 
 
@@ -129,6 +148,117 @@ def require_fields(fields: Mapping[str, object]) -> dict[str, object]:
             f"create_session accepts {', '.join(_FIELD_CHECKS)}"
         )
     return {name: check(fields[name]) for name, check in _FIELD_CHECKS.items() if name in fields}
+
+
+def _optional_int(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputTypeError(f"{name} must be an int or None, not {_type_name(value)}")
+    return value
+
+
+def _json_text(name: str, value: object) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputTypeError(f"{name} must be JSON-serialisable: {exc}") from None
+    return require_text(name, text) or ""
+
+
+def _parsed_json(name: str, text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidInputError(
+            f"{name} is a str that is not JSON; pass the list/dict itself or its JSON text"
+        ) from None
+
+
+def _tool_calls(value: object) -> tuple[str | None, int]:
+    """Upstream's encoding and count: JSON text is parsed first; a non-empty value is stored
+    as JSON text; a list counts its items, any other non-None value counts one."""
+    if isinstance(value, str):
+        value = _parsed_json("tool_calls", value)
+    if value is None:
+        return None, 0
+    count = len(value) if isinstance(value, list) else 1
+    return (_json_text("tool_calls", value) if value else None), count
+
+
+def _structured(name: str) -> Callable[[object], object]:
+    """Reasoning payloads: a str is stored as it is, a list/dict as JSON text, empty as NULL."""
+
+    def check(value: object) -> str | None:
+        if not value:
+            return None
+        return require_text(name, value) if isinstance(value, str) else _json_text(name, value)
+
+    return check
+
+
+def _display_metadata(value: object) -> str | None:
+    if not value:
+        return None
+    if isinstance(value, str):
+        value = _parsed_json("display_metadata", value)
+    if not isinstance(value, dict):
+        raise InvalidInputTypeError(
+            f"display_metadata must be a dict (or its JSON text), not {_type_name(value)}"
+        )
+    return _json_text("display_metadata", value)
+
+
+def _observed(value: object) -> int:
+    if value is not None and not isinstance(value, int):  # bool is an int
+        raise InvalidInputTypeError(f"observed must be a bool, not {_type_name(value)}")
+    return 1 if value else 0
+
+
+def _text(name: str) -> Callable[[object], object]:
+    return lambda value: require_text(name, value)
+
+
+_MESSAGE_CHECKS: Final[dict[str, Callable[[object], object]]] = {
+    "tool_call_id": _text("tool_call_id"),
+    "tool_name": _text("tool_name"),
+    "effect_disposition": _text("effect_disposition"),
+    "token_count": lambda v: _optional_int("token_count", v),
+    "finish_reason": _text("finish_reason"),
+    "reasoning": _text("reasoning"),
+    "reasoning_content": _text("reasoning_content"),
+    "reasoning_details": _structured("reasoning_details"),
+    "codex_reasoning_items": _structured("codex_reasoning_items"),
+    "codex_message_items": _structured("codex_message_items"),
+    "platform_message_id": _text("platform_message_id"),
+    "observed": _observed,
+    "api_content": _text("api_content"),
+    "display_kind": _text("display_kind"),
+    "display_metadata": _display_metadata,
+}
+#: Keywords of ``append_message`` besides the message columns.
+_MESSAGE_OPTIONS: Final = ("tool_calls", "timestamp")
+
+
+def require_message_fields(
+    fields: Mapping[str, object],
+) -> tuple[dict[str, object], int, float | None]:
+    """Upstream's ``append_message`` keywords, checked and encoded as upstream stores them.
+
+    Returns the value of every message column (None, or 0 for ``observed``, when not given),
+    the number of tool calls the session's counter gains, and the explicit timestamp if any.
+    """
+    unknown = sorted(set(fields) - set(_MESSAGE_CHECKS) - set(_MESSAGE_OPTIONS))
+    if unknown:
+        accepted = ", ".join([*_MESSAGE_CHECKS, *_MESSAGE_OPTIONS])
+        raise InvalidInputTypeError(
+            f"unknown message field(s) {', '.join(unknown)}; append_message accepts {accepted}"
+        )
+    values = {name: check(fields.get(name)) for name, check in _MESSAGE_CHECKS.items()}
+    values["tool_calls"], tool_calls = _tool_calls(fields.get("tool_calls"))
+    timestamp = fields.get("timestamp")
+    at = None if timestamp is None else require_seconds("timestamp", timestamp)
+    return values, tool_calls, at
 
 
 def require_only_states(value: object) -> frozenset[HandoffState]:

@@ -9,6 +9,8 @@
   end with its output captured (``--url`` is not added: the test places every option).
 * ``Watcher``: a long-running ``hermes-state`` process (``watch``) whose log (stderr) is
   collected line by line as it comes.
+* ``DashboardProcess``: ``hermes-state dashboard`` on a free loopback port, its address read
+  from the line it prints once listening.
 * ``kill_group`` / ``group_is_gone`` / ``read_pid``: process groups, such as the one each
   delivery command of a watcher leads, and the pid files those commands write.
 """
@@ -21,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +37,7 @@ __all__ = [
     "CLI",
     "CONSOLE",
     "DEADLINE",
+    "DashboardProcess",
     "Watcher",
     "cli_argv",
     "console",
@@ -192,6 +196,69 @@ class Watcher:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=self.deadline)
         self._reader.join(timeout=self.deadline)
+
+
+class DashboardProcess:
+    """``hermes-state --url URL dashboard --port 0`` as a process; ``base`` is its address.
+
+    Use it as a context manager: entering waits for the line it prints once listening, leaving
+    stops it (SIGTERM, then SIGKILL) and reaps it.
+    """
+
+    def __init__(
+        self,
+        url: URL | Path | str,
+        *argv: str,
+        token: str | None = None,
+        deadline: float = DEADLINE,
+    ) -> None:
+        env = {**os.environ, "HERMES_STATE_DASHBOARD_TOKEN": token or ""}
+        self.deadline = deadline
+        # A file, not a pipe: a pipe nobody reads could fill up and stall the server.
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives as long as the process)
+        self.process = subprocess.Popen(
+            cli_argv(url, "dashboard", "--port", "0", *argv),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        self.base = ""
+
+    def __enter__(self) -> DashboardProcess:
+        found: list[str] = []
+        reader = threading.Thread(target=lambda: found.append(self._first_line()), daemon=True)
+        reader.start()
+        reader.join(self.deadline)
+        line = found[0] if found else ""
+        if not line.startswith("dashboard on "):
+            self.stop()
+            pytest.fail(f"the dashboard did not start: {line!r}\n{self.read_log()}")
+        self.base = line.removeprefix("dashboard on ").strip().rstrip("/")
+        return self
+
+    def read_log(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def _first_line(self) -> str:
+        assert self.process.stdout is not None
+        return self.process.stdout.readline()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=self.deadline)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=self.deadline)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 # -- process groups and pid files ----------------------------------------------------------------

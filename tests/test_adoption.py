@@ -28,6 +28,7 @@ from tests.legacy import (
 
 # What hermes-state models, read from the models themselves so new revisions are covered.
 OUR_SESSION_COLUMNS = tuple(column.name for column in models.sessions.columns)
+OUR_MESSAGE_COLUMNS = tuple(column.name for column in models.messages.columns)
 OUR_INDEXES = {
     str(index.name) for table in models.metadata.tables.values() for index in table.indexes
 }
@@ -100,11 +101,12 @@ def test_adoption_in_place_keeps_everything(legacy: LegacyFile, how: str) -> Non
     # Every pre-existing row of every pre-existing table, all its columns, unchanged.
     assert row_digest(path, columns) == digest
 
-    # Every table, index and trigger is still there with its definition; only the sessions
-    # table's definition grew (columns appended by ALTER TABLE ... ADD COLUMN).
+    # Every table, index and trigger is still there with its definition; only the sessions and
+    # messages tables' definitions grew (columns appended by ALTER TABLE ... ADD COLUMN).
     after = schema_entries(path)
     changed = entries - after
-    assert {(kind, name) for kind, name, _table, _sql in changed} <= {("table", "sessions")}
+    grown = {("table", "sessions"), ("table", "messages")}
+    assert {(kind, name) for kind, name, _table, _sql in changed} <= grown
     assert {name for _kind, name, _t, _s in entries} <= {name for _kind, name, _t, _s in after}
     new_names = {name for _kind, name, _t, _s in after} - {name for _k, name, _t, _s in entries}
     assert new_names >= OUR_INDEXES
@@ -114,25 +116,26 @@ def test_adoption_in_place_keeps_everything(legacy: LegacyFile, how: str) -> Non
     now = table_columns(path)
     for table, names in columns.items():
         assert now[table][: len(names)] == names, table
-    added = set(now["sessions"]) - set(columns["sessions"])
-    expected = {c for c in OUR_SESSION_COLUMNS if c not in columns["sessions"]}
-    assert added == expected
-    assert now["messages"] == columns["messages"]
+    added = {table: set(now[table]) - set(columns[table]) for table in ("sessions", "messages")}
+    assert added["sessions"] == {c for c in OUR_SESSION_COLUMNS if c not in columns["sessions"]}
+    assert added["messages"] == {c for c in OUR_MESSAGE_COLUMNS if c not in columns["messages"]}
 
     # What was added holds nothing for the old rows: NULL, or the column's server default.
     connection = sqlite3.connect(path)
     try:
-        defaults = {
-            name: default
-            for _cid, name, _type, _nn, default, _pk in connection.execute(
-                "PRAGMA table_info(sessions)"
-            )
-        }
-        for column in sorted(added):
-            filled = connection.execute(
-                f"SELECT count(*) FROM sessions WHERE {column} IS NOT {defaults[column] or 'NULL'}"
-            ).fetchone()
-            assert filled == (0,), column
+        for table in ("sessions", "messages"):
+            defaults = {
+                name: default
+                for _cid, name, _type, _nn, default, _pk in connection.execute(
+                    f"PRAGMA table_info({table})"
+                )
+            }
+            for column in sorted(added[table]):
+                filled = connection.execute(
+                    f"SELECT count(*) FROM {table} "
+                    f"WHERE {column} IS NOT {defaults[column] or 'NULL'}"
+                ).fetchone()
+                assert filled == (0,), (table, column)
         assert connection.execute("PRAGMA foreign_key_check").fetchall() == []
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:

@@ -156,6 +156,16 @@ def test_wheel_carries_every_module_of_the_checkout(wheel: Path) -> None:
             assert relative in names, f"{relative} is not in the wheel"
 
 
+def test_wheel_carries_the_dashboard_templates_and_static_files(wheel: Path) -> None:
+    names = wheel_names(wheel)
+    folder = REPO_ROOT / "hermes_state" / "dashboard"
+    shipped = sorted([*folder.glob("templates/*.html"), *folder.glob("static/*")])
+    assert shipped
+    for path in shipped:
+        relative = path.relative_to(REPO_ROOT).as_posix()
+        assert relative in names, f"{relative} is not in the wheel"
+
+
 def test_installed_copy_is_not_the_checkout(installed: Installed) -> None:
     shown = run(
         installed.python,

@@ -1,11 +1,13 @@
 """Promotion: ``hermes-state db copy --to URL`` and ``promotion.copy_database``.
 
 A SQLite source with sessions in every handoff state, owners and leases, transcripts and an
-audit trail is copied to PostgreSQL (and to SQLite, and to MariaDB when configured); the copied
-tables are compared row by row (modelled columns, ordered by primary key) between source and
-target. A second run copies nothing; a copy killed half way (a real process, SIGKILL) resumes
-when run again; a target row that differs stops the copy before anything is written unless
-``--force``. Memory boundedness is measured in ``bench/``, not here.
+audit trail is copied to SQLite, PostgreSQL and MariaDB; the modelled tables are compared row
+by row between source and target (the upstream files of ``tests/vintages.py`` check every
+table and column in ``test_vintages.py``). A second run copies nothing; a copy killed half way
+(a real process, SIGKILL) resumes when run again; a target row that differs stops the copy
+before anything is written unless ``--force``; rows the target cannot take (NULL in NOT NULL,
+too long, mistyped) refuse the copy up front, and ``--fill`` supplies NULLs' values. Memory
+boundedness is measured in ``bench/``, not here.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import hashlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,20 +25,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 from hermes_state import SessionDB, schema
 from hermes_state.cli import main
+from hermes_state.errors import HermesStateError
 from hermes_state.models import handoff_events, messages, sessions
-from hermes_state.promotion import COPIED_TABLES, CopyConflictError, copy_database
+from hermes_state.promotion import CopyConflictError, CopyRefusedError, Fill, copy_database
 from tests.conftest import CliResult, database_at_head, sqlite_url, throwaway_database, url_arg
-from tests.digest import database_digest, sync_url
+from tests.digest import database_digest, sync_url, table_rows
 from tests.legacy import build_legacy_db
 
 T0 = 1_700_000_000.0
 PREVIOUS = "0002_handoff_leases"
+MODELLED = (sessions, messages, handoff_events)
 
 
 class Clock:
@@ -159,7 +164,7 @@ def copied_rows(url: URL) -> dict[str, list[tuple[Any, ...]]]:
                     (tuple(row) for row in connection.execute(select(*table.columns))),
                     key=lambda row: row[0],
                 )
-                for table in COPIED_TABLES
+                for table in MODELLED
             }
     finally:
         engine.dispose()
@@ -223,12 +228,18 @@ def test_round_trip_then_nothing_more(
     target_digest = database_digest(target)
     second = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
     assert second.code == 0, second.err
-    header, *lines = second.out.splitlines()[1:]
+    copied_part, skipped_part = second.out.split("not copied (derived or bookkeeping):")
+    header, *lines = copied_part.splitlines()[1:]
     assert header.split()[:3] == ["TABLE", "SOURCE", "ROWS"]
     assert len(lines) == 3
+    header_row, *skipped_rows = (line.split(None, 1) for line in skipped_part.strip().splitlines())
+    assert header_row == ["TABLE", "REASON"]
+    reasons = dict(skipped_rows)
+    assert reasons["hermes_state_alembic_version"].startswith("hermes-state bookkeeping")
     for line, (name, rows) in zip(lines, expected.items(), strict=True):
-        # table, source rows, copied, already there, overwritten, target rows
-        assert line.split() == [name, str(len(rows)), "0", str(len(rows)), "0", str(len(rows))]
+        # table, source rows, copied, already there, overwritten, target rows, schema change
+        n = str(len(rows))
+        assert line.split() == [name, n, "0", n, "0", n, "-"]
     assert database_digest(target) == target_digest
 
     third = copy_database(source, target)
@@ -273,18 +284,27 @@ def test_copy_reports_progress_batch_by_batch(source: URL, tmp_path: Path) -> No
         assert {call[2] for call in calls if call[0] == name} == {total}
 
 
-def test_copy_leaves_legacy_columns_behind(source: URL, tmp_path: Path) -> None:
-    """An adopted state.db keeps columns older hermes versions made; only modelled ones travel."""
+def test_copy_carries_legacy_columns(source: URL, target: URL) -> None:
+    """An adopted state.db keeps columns older hermes versions made; they travel too."""
     engine = _engine(source)
     try:
         with engine.begin() as connection:
             connection.exec_driver_sql("ALTER TABLE sessions ADD COLUMN legacy_note TEXT")
-            connection.exec_driver_sql("UPDATE sessions SET legacy_note = 'old hermes'")
+            connection.exec_driver_sql("ALTER TABLE sessions ADD COLUMN legacy_count INTEGER")
+            connection.exec_driver_sql(
+                "UPDATE sessions SET legacy_note = 'old hermes ✓', legacy_count = length(id)"
+            )
     finally:
         engine.dispose()
-    with database_at_head("sqlite", tmp_path / "target") as target:
-        copy_database(source, target)
-        assert copied_rows(target) == copied_rows(source)
+    report = copy_database(source, target)
+    assert report.tables[0].added_columns == ["legacy_note", "legacy_count"]
+    assert copied_rows(target) == copied_rows(source)
+    notes = {
+        row["id"]: (row["legacy_note"], row["legacy_count"])
+        for row in table_rows(target, "sessions")
+    }
+    assert notes["mixed-case"] == ("old hermes ✓", len("mixed-case"))
+    assert len(notes) == 11
 
 
 def test_an_adopted_legacy_file_is_promoted(tmp_path: Path, pg_target: URL) -> None:
@@ -296,8 +316,9 @@ def test_an_adopted_legacy_file_is_promoted(tmp_path: Path, pg_target: URL) -> N
     assert copied_rows(pg_target) == copied_rows(source)
     assert report.tables[0].copied == len(legacy.session_ids)
     with SessionDB(url=pg_target) as db:
-        for session_id in legacy.ids_in("running")[:1] + legacy.ids_in("failed")[:1]:
-            assert db.get_handoff_state(session_id)["state"] in ("running", "failed")
+        for state in ("running", "failed", "pending", "completed"):
+            for session_id in legacy.ids_in(state):
+                assert db.get_handoff_state(session_id)["state"] == state
         (running, *_) = legacy.ids_in("running")
         assert db.reclaim_stale_running_handoffs("stranded") == legacy.ids_in("running")
         assert db.request_handoff(running, "telegram") is True
@@ -411,7 +432,7 @@ def test_resume_reports_what_was_already_there(
 # -- conflicts ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 def test_a_differing_row_stops_the_copy_unless_forced(
     source: URL, tmp_path: Path, cli: Callable[..., CliResult], backend: str
 ) -> None:
@@ -528,3 +549,196 @@ def test_a_missing_source_is_refused_and_not_created(
     assert "db upgrade" in result.err
     assert not missing.parent.exists()
     assert not (tmp_path / "target.db").exists()
+
+
+# -- pre-flight: rows the target cannot take ----------------------------------------------------
+
+
+def hand_made_legacy(folder: Path) -> URL:
+    """A hand-made legacy ``sessions`` table whose ``source`` has NULLs, adopted in place."""
+    folder.mkdir(parents=True)
+    path = folder / "state.db"
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.execute(
+            "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL, "
+            "ended_at REAL)"
+        )
+        connection.executemany(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?)",
+            [
+                ("a", "cli", T0, None),
+                ("b", None, T0 + 1, T0 + 2),
+                ("c", None, T0 + 3, None),
+                ("d", "telegram", T0 + 4, None),
+            ],
+        )
+    connection.close()
+    url = sqlite_url(folder)
+    schema.upgrade(url)
+    return url
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_a_hand_made_legacy_file_is_checked_refused_then_filled(
+    tmp_path: Path, cli: Callable[..., CliResult], backend: str
+) -> None:
+    source = hand_made_legacy(tmp_path / "legacy")
+    checked = cli("--url", url_arg(source), "db", "check")
+    assert checked.code == 0, checked.out
+    assert "adopted" in checked.out
+    assert "sessions.source" in checked.out
+    checked_json = cli("--url", url_arg(source), "db", "check", "--json").json()
+    assert checked_json["in_sync"] is True
+    assert any("sessions.source" in entry["detail"] for entry in checked_json["adopted"])
+
+    with database_at_head(backend, tmp_path / "target") as target:
+        before = database_digest(target)
+        refused = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+        assert refused.code == 1
+        assert refused.out == ""
+        (line,) = refused.err.strip().splitlines()
+        assert "sessions.source: 2 row(s) are NULL" in line
+        assert "--fill sessions.source=VALUE" in line
+        assert "nothing was copied" in line
+        assert database_digest(target) == before  # not even a table or column was added
+        with pytest.raises(CopyRefusedError):
+            copy_database(source, target)
+        assert database_digest(target) == before
+        # A new SQLite file as the target: refused the same way, and not left behind.
+        new_file = tmp_path / "new" / "state.db"
+        assert cli("--url", url_arg(source), "db", "copy", "--to", str(new_file)).code == 1
+        assert list(new_file.parent.iterdir()) == []
+
+        filled = cli(
+            "--url",
+            url_arg(source),
+            "db",
+            "copy",
+            "--to",
+            url_arg(target),
+            "--fill",
+            "sessions.source=unknown",
+            "--json",
+        )
+        assert filled.code == 0, filled.err
+        assert table_reports(filled)["sessions"]["copied"] == 4
+        sources = {row["id"]: row["source"] for row in table_rows(target, "sessions")}
+        assert sources == {"a": "cli", "b": "unknown", "c": "unknown", "d": "telegram"}
+        # Re-run with the same fill: identical rows, nothing more.
+        again = copy_database(source, target, fills=[Fill.parse("sessions.source=unknown")])
+        assert again.copied == 0
+        assert again.tables[0].identical == 4
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_too_long_and_mistyped_values_are_refused_up_front(
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult], backend: str
+) -> None:
+    engine = _engine(source)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sessions.update().where(sessions.c.id == "never").values(user_id="u" * 300)
+            )
+            # SQLite keeps a text that does not look like a number in an INTEGER column.
+            connection.exec_driver_sql(
+                "UPDATE sessions SET handoff_attempt = 'twice' WHERE id IN ('pending', 'failed')"
+            )
+    finally:
+        engine.dispose()
+    with database_at_head(backend, tmp_path / "target") as target:
+        before = database_digest(target)
+        refused = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+        assert refused.code == 1
+        assert "sessions.user_id: 1 row(s) are longer than the target's 255 characters" in (
+            refused.err
+        )
+        assert "sessions.handoff_attempt: 2 row(s) hold values that are not integer" in (
+            refused.err
+        )
+        assert database_digest(target) == before
+
+
+def test_fill_is_checked_as_bad_input(
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "target" / "state.db"
+    for fill, says in (
+        ("sessions.source", "TABLE.COLUMN=VALUE"),
+        ("source=cli", "TABLE.COLUMN=VALUE"),
+        ("sessions.nowhere=1", "no column sessions.nowhere"),
+        ("nowhere.source=1", "no column nowhere.source"),
+        ("sessions.handoff_attempt=many", "not one"),
+    ):
+        result = cli("--url", url_arg(source), "db", "copy", "--to", str(target), "--fill", fill)
+        assert result.code == 2, (fill, result.err)
+        assert says in result.err, result.err
+        assert not target.exists()
+    # Its environment twin takes a comma-separated list.
+    monkeypatch.setenv("HERMES_STATE_COPY_FILL", "sessions.nowhere=1,sessions.source=x")
+    result = cli("--url", url_arg(source), "db", "copy", "--to", str(target))
+    assert result.code == 2
+    assert "sessions.nowhere" in result.err
+    help_text = cli("db", "copy", "--help").out
+    assert "HERMES_STATE_COPY_FILL" in help_text
+
+
+# -- the target moving under the copy, and the final check --------------------------------------
+
+
+def test_a_target_row_changed_during_the_copy_stops_it(source: URL, tmp_path: Path) -> None:
+    with database_at_head("sqlite", tmp_path / "target") as target:
+        copy_database(source, target)
+        edited: list[str] = []
+
+        def edit_behind_the_copy(table: str, done: int, total: int) -> None:
+            if table == "sessions" and not edited:  # first batch done; a later key changes
+                execute(
+                    target, sessions.update().where(sessions.c.id == "retried").values(title="x")
+                )
+                edited.append(table)
+
+        with pytest.raises(CopyConflictError, match="changed in the target during the copy"):
+            copy_database(source, target, batch_size=2, progress=edit_behind_the_copy)
+        assert edited == ["sessions"]
+
+
+def test_a_target_that_loses_rows_during_the_copy_fails_verification(
+    source: URL, tmp_path: Path
+) -> None:
+    with database_at_head("sqlite", tmp_path / "target") as target:
+
+        def delete_behind_the_copy(table: str, done: int, total: int) -> None:
+            if table == "handoff_events" and done == total:
+                execute(target, handoff_events.delete().where(handoff_events.c.id <= 3))
+
+        with pytest.raises(HermesStateError, match="copy of handoff_events did not verify"):
+            copy_database(source, target, progress=delete_behind_the_copy)
+
+
+def test_no_revision_has_one_name(source: URL, cli: Callable[..., CliResult]) -> None:
+    with throwaway_database("postgresql") as empty:
+        current = cli("--url", url_arg(empty), "db", "current")
+        assert current.out.startswith(f"{schema.NO_REVISION} ")
+        checked = cli("--url", url_arg(empty), "db", "check")
+        assert f"database is at {schema.NO_REVISION}," in checked.out
+        copied = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(empty))
+        assert f"is at revision {schema.NO_REVISION}," in copied.err
+
+
+def test_a_target_column_the_source_cannot_fill_is_refused_up_front(
+    source: URL, tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    execute(source, text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"))
+    execute(source, text("INSERT INTO notes (id, body) VALUES (1, 'x')"))
+    with database_at_head("sqlite", tmp_path / "target") as target:
+        execute(
+            target,
+            text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT, owner TEXT NOT NULL)"),
+        )
+        before = database_digest(target)
+        refused = cli("--url", url_arg(source), "db", "copy", "--to", url_arg(target))
+        assert refused.code == 1
+        assert "notes.owner: the target requires a value" in refused.err
+        assert database_digest(target) == before

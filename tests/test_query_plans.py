@@ -55,6 +55,7 @@ OPERATIONS: list[tuple[str, Callable[[SessionDB], object], str]] = [
         lambda db: db.reclaim_stale_running_handoffs("gateway restarted; run /handoff again"),
         RUNNING_INDEX,
     ),
+    ("claim_pending_handoffs", lambda db: db.claim_pending_handoffs(10), PENDING_INDEX),
 ]
 OPERATION_IDS = [name for name, _run, _index in OPERATIONS]
 
@@ -186,6 +187,32 @@ def test_sqlite_store_sends_indexed_polling_sql(
     for plan in plans:
         assert_no_sqlite_scan(plan)
     assert any(sqlite_uses(plan, index) for plan in plans), list(zip(polled, plans, strict=True))
+
+
+@pytest.mark.parametrize("analysed", [False, True], ids=["no-statistics", "analysed"])
+def test_sqlite_batch_claim_finds_its_rows_by_key(sqlite_path: Path, analysed: bool) -> None:
+    """The batch claim walks the pending index once, in its subquery, and reaches the rows it
+    claims by primary key: never every pending row per claimed one."""
+    fill_sqlite(sqlite_path, total=3000, pending=500, running=2)
+    if not analysed:  # a store's own files have no statistics until someone runs ANALYZE
+        with contextlib.closing(sqlite3.connect(sqlite_path)) as connection, connection:
+            connection.execute("DELETE FROM sqlite_stat1")
+    with sqlite_wire() as sent, SessionDB(sqlite_path) as db:
+        del sent[:]
+        assert len(db.claim_pending_handoffs(2)) == 2
+        claimed = [sql for sql in sent if touches_sessions(sql)]
+    connection = sqlite3.connect(sqlite_path)
+    try:
+        plans = [sqlite_explain(connection, sql) for sql in claimed]
+    finally:
+        connection.close()
+    assert len(plans) == 2, claimed  # the events, then the update
+    for plan in plans:
+        outer, *subquery = plan
+        assert re.match(
+            r"SEARCH sessions USING (COVERING )?INDEX sqlite_autoindex_sessions_1 \(id=\?\)", outer
+        ), plan
+        assert any(sqlite_uses([step], PENDING_INDEX) for step in subquery), plan
 
 
 def test_sqlite_polling_results_match(sqlite_path: Path) -> None:

@@ -61,14 +61,23 @@ def run_example(code: str, folder: Path, env: dict[str, str]) -> subprocess.Comp
     )
 
 
+FRAGMENTS = (
+    'db.request_handoff("s1", "telegram")  # True',
+    "finish_reason=",
+    "selectinload(Session.messages)",
+    "NativeAsyncSessionDB() as db:",
+    "runner.serve()",
+    "claim_pending_handoffs(100)",
+)
+
+
 def test_every_python_example_is_tested() -> None:
-    assert len(EXAMPLES) == 3
-    for fragment in ("with SessionDB() as db:", "asyncio.run(main())", "runner.serve()"):
-        example(fragment)
+    assert len(EXAMPLES) == len(FRAGMENTS)
+    assert sorted(EXAMPLES) == sorted(example(fragment) for fragment in FRAGMENTS)
 
 
 def test_the_synchronous_example(tmp_path: Path, isolated_home: Path) -> None:
-    result = run_example(example("with SessionDB() as db:"), tmp_path, {})
+    result = run_example(example(FRAGMENTS[0]), tmp_path, {})
     assert result.returncode == 0, result.stderr
     with SessionDB(isolated_home / "state.db") as db:
         assert db.get_handoff_state("s1") == {
@@ -79,14 +88,14 @@ def test_the_synchronous_example(tmp_path: Path, isolated_home: Path) -> None:
 
 
 def test_the_asyncio_example_on_sqlite(tmp_path: Path, isolated_home: Path) -> None:
-    result = run_example(example("asyncio.run(main())"), tmp_path, {})
+    result = run_example(example(FRAGMENTS[3]), tmp_path, {})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True", "True"]
 
 
 def test_the_asyncio_example_on_postgresql(tmp_path: Path) -> None:
     require_server("postgresql")
-    code = example("asyncio.run(main())")
+    code = example(FRAGMENTS[3])
     assert "hermes-state db upgrade" in code  # the example says what a server needs first
     with throwaway_database("postgresql") as url:
         env = {"HERMES_STATE_URL": url_arg(url)}
@@ -129,3 +138,43 @@ def test_the_watcher_example(tmp_path: Path, isolated_home: Path) -> None:
     finally:
         watcher.kill()
     assert "NameError" not in watcher.log
+
+
+def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example("finish_reason="), tmp_path, {})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "terminal\n"
+    with SessionDB(isolated_home / "state.db") as db:
+        session = db.get_session("s1")
+        assert session is not None
+        assert (session["message_count"], session["tool_call_count"]) == (2, 1)
+        tool = db.get_messages("s1")[-1]
+        assert (tool["role"], tool["tool_call_id"], tool["tool_name"]) == (
+            "tool",
+            "call_1",
+            "terminal",
+        )
+
+
+def test_the_models_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example("selectinload(Session.messages)"), tmp_path, {})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "s1 3 1",
+        "  1 user: What is in this folder?",
+        '  2 assistant: [{"id": "call_1"}]',
+        "  3 tool: notes.txt",
+    ]
+
+
+def test_the_batch_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example("claim_pending_handoffs(100)"), tmp_path, {})
+    assert result.returncode == 0, result.stderr
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.get_handoff_state("s1") == {
+            "state": "completed",
+            "platform": "telegram",
+            "error": None,
+        }
+        moves = [(e["from_state"], e["to_state"], e["actor"]) for e in db.handoff_history("s1")]
+        assert moves[-2:] == [("pending", "running", "gw-1"), ("running", "completed", "gw-1")]

@@ -432,7 +432,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import db, demo, handoff, session, watch
+    from . import dashboard, db, demo, handoff, session, watch
 
     parser = argparse.ArgumentParser(
         prog="hermes-state",
@@ -448,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _global_options(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (db, session, handoff, watch, demo):
+    for module in (db, session, handoff, watch, demo, dashboard):
         module.register(commands)
     return parser
 

@@ -21,6 +21,7 @@ from . import (
     command,
     database_url,
     group,
+    repeated,
     whole_number,
 )
 
@@ -85,7 +86,7 @@ def run_current(args: argparse.Namespace, out: Output) -> Result:
         "is_head": is_head,
     }
     suffix = " (head)" if is_head else f" (head is {schema.HEAD_REVISION})"
-    return Result(document, [f"{revision or 'base'}{suffix}"])
+    return Result(document, [f"{revision or schema.NO_REVISION}{suffix}"])
 
 
 def configure_history(actions: Any) -> None:
@@ -128,19 +129,23 @@ def configure_check(actions: Any) -> None:
 
 def run_check(args: argparse.Namespace, out: Output) -> Result:
     url = database_url(args, must_exist=True)
-    drifts = schema.check(url)
+    found = schema.compare(url)
     document = {
         "database": describe(url),
-        "in_sync": not drifts,
-        "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in drifts],
+        "in_sync": not found.drifts,
+        "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in found.drifts],
+        "adopted": [{"kind": drift.kind, "detail": drift.detail} for drift in found.adopted],
     }
-    if not drifts:
-        return Result(document, [f"{describe(url)} matches the models at {schema.HEAD_REVISION}"])
-    return Result(
-        document,
-        [f"{describe(url)} differs from the models:", *(f"  {drift}" for drift in drifts)],
-        code=EXIT_REFUSED,
-    )
+    lines: list[str | Table] = []
+    if found.adopted:
+        lines.append("adopted (legacy columns that predate hermes-state, kept as they were):")
+        lines += [f"  {drift}" for drift in found.adopted]
+    if not found.drifts:
+        lines.append(f"{describe(url)} matches the models at {schema.HEAD_REVISION}")
+        return Result(document, lines)
+    lines.append(f"{describe(url)} differs from the models:")
+    lines += [f"  {drift}" for drift in found.drifts]
+    return Result(document, lines, code=EXIT_REFUSED)
 
 
 def configure_copy(actions: Any) -> None:
@@ -148,12 +153,15 @@ def configure_copy(actions: Any) -> None:
         actions,
         "copy",
         run_copy,
-        help="copy sessions, messages and handoff events to another database (promotion)",
-        description="Copy every session, message, handoff state and audit event to the "
-        "database at --to (at head revision). Idempotent: rows already there and identical are "
-        "skipped; rows that differ stop the copy before anything is written unless --force. "
-        "Streams in batches and commits each, so an interrupted copy resumes when re-run. On a "
-        "terminal a progress line shows each table's rate and time left.",
+        help="copy every table of primary data to another database (promotion)",
+        description="Copy every table and column of the database to the one at --to (at head "
+        "revision), creating the tables and columns it lacks; FTS indexes and bookkeeping "
+        "tables are derived and left behind (the summary names them). Source rows the target "
+        "cannot take (NULL in a NOT NULL column, too long, wrong type) refuse the copy before "
+        "anything is written; --fill supplies values for NULLs. Idempotent: rows already there "
+        "and identical are skipped; rows that differ stop the copy before anything is written "
+        "unless --force. Streams in batches and commits each, so an interrupted copy resumes "
+        "when re-run. On a terminal a progress line shows each table's rate and time left.",
     )
     add_option(parser, "--to", env="HERMES_STATE_COPY_TO", metavar="URL", help="target database")
     add_option(
@@ -162,6 +170,15 @@ def configure_copy(actions: Any) -> None:
         env="HERMES_STATE_COPY_FORCE",
         flag=True,
         help="overwrite target rows that differ",
+    )
+    add_option(
+        parser,
+        "--fill",
+        env="HERMES_STATE_COPY_FILL",
+        repeatable=True,
+        metavar="TABLE.COLUMN=VALUE",
+        help="value for NULLs of a source column the target requires (NOT NULL); "
+        "repeatable; env: comma-separated",
     )
     add_option(
         parser,
@@ -175,10 +192,11 @@ def configure_copy(actions: Any) -> None:
 
 
 def run_copy(args: argparse.Namespace, out: Output) -> Result:
-    from ..promotion import copy_database
+    from ..promotion import Fill, copy_database
 
     if not args.to or not args.to.strip():
         raise InvalidInputError("db copy needs --to URL (or HERMES_STATE_COPY_TO)")
+    fills = [Fill.parse(given) for given in repeated(args, "fill")]
     source = database_url(args, must_exist=True)
     report = copy_database(
         source,
@@ -186,6 +204,7 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
         force=args.force,
         batch_size=args.batch_size,
         progress=progress_line(out.stderr) if out.live else None,
+        fills=fills,
     )
     document = {
         "source": report.source,
@@ -198,18 +217,52 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
                 "identical": table.identical,
                 "overwritten": table.overwritten,
                 "target_rows": table.target_rows,
+                "created": table.created,
+                "added_columns": table.added_columns,
             }
             for table in report.tables
         ],
+        "skipped": [{"table": skip.table, "reason": skip.reason} for skip in report.skipped],
     }
     table = Table(
-        ["TABLE", "SOURCE ROWS", "COPIED", "ALREADY THERE", "OVERWRITTEN", "TARGET ROWS"],
         [
-            (t.table, t.source_rows, t.copied, t.identical, t.overwritten, t.target_rows)
+            "TABLE",
+            "SOURCE ROWS",
+            "COPIED",
+            "ALREADY THERE",
+            "OVERWRITTEN",
+            "TARGET ROWS",
+            "SCHEMA CHANGE",
+        ],
+        [
+            (
+                t.table,
+                t.source_rows,
+                t.copied,
+                t.identical,
+                t.overwritten,
+                t.target_rows,
+                _shape(t.created, t.added_columns),
+            )
             for t in report.tables
         ],
     )
-    return Result(document, [f"copied {report.source} -> {report.target}", table], EXIT_OK)
+    lines: list[str | Table] = [f"copied {report.source} -> {report.target}", table]
+    if report.skipped:
+        lines.append("not copied (derived or bookkeeping):")
+        lines.append(
+            Table(["TABLE", "REASON"], [(skip.table, skip.reason) for skip in report.skipped])
+        )
+    return Result(document, lines, EXIT_OK)
+
+
+def _shape(created: bool, added_columns: list[str]) -> str | None:
+    """What the copy changed in a target table's shape, for the summary's last column."""
+    if created:
+        return "table created"
+    if added_columns:
+        return f"columns added: {', '.join(added_columns)}"
+    return None
 
 
 def progress_line(

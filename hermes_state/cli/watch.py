@@ -201,6 +201,35 @@ def configure_watch(commands: Any) -> None:
         flag=True,
         help="poll once, wait for the deliveries, and exit",
     )
+    add_option(
+        watch,
+        "--metrics-port",
+        env="HERMES_STATE_WATCH_METRICS_PORT",
+        kind=whole_number(1, 65535),
+        metavar="PORT",
+        help="serve Prometheus metrics (claims, deliveries, latencies) on 127.0.0.1:PORT/metrics "
+        "(1 up to 65535); needs the dashboard extra",
+    )
+
+
+def _watcher_metrics(port: int | None) -> Any:
+    """The watcher's metrics, served on ``port``, or None when metrics are off."""
+    if port is None:
+        return None
+    try:
+        from ..metrics import WatcherMetrics
+    except ImportError:
+        raise InvalidInputError(
+            "--metrics-port needs prometheus-client: run `pip install 'hermes-state[dashboard]'`"
+        ) from None
+    metrics = WatcherMetrics()
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        message = f"cannot serve metrics on 127.0.0.1:{port}: {exc.strerror}"
+        raise HermesStateError(message) from None
+    logger.info("metrics on http://127.0.0.1:%d/metrics", port)
+    return metrics
 
 
 def run_watch(args: argparse.Namespace, out: Output) -> Result:
@@ -211,6 +240,7 @@ def run_watch(args: argparse.Namespace, out: Output) -> Result:
     if bool(args.exec) == bool(args.handler):
         raise InvalidInputError("watch needs exactly one of --exec CMD or --handler MODULE:FUNC")
     handler = ExecHandler(args.exec) if args.exec else load_handler(args.handler)
+    metrics = _watcher_metrics(args.metrics_port)
     store = SessionDB(
         url=database_url(args),
         owner=args.owner or default_owner(),
@@ -223,6 +253,7 @@ def run_watch(args: argparse.Namespace, out: Output) -> Result:
         interval=args.interval,
         drain_timeout=args.drain_timeout,
         max_concurrency=args.max_concurrency,
+        metrics=metrics,
     )
     logger.info(
         "watching %s every %gs as %s (lease %gs, up to %d at once) with %r",

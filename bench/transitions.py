@@ -1,0 +1,346 @@
+"""Claims against the bare driver: single claims on PostgreSQL, batch claims on every backend.
+
+Two cases, each at 1, 2 and 4 worker processes (spawned once per case; each round opens its
+connections before a barrier releases every worker at once, and the round's time runs from
+that release to the last worker's answer):
+
+* ``single claims, PostgreSQL``: every worker claims its own share of the pending rows by id.
+  Baseline: psycopg sending one autocommit conditional ``UPDATE`` per claim, with no audit row
+  (the cheapest claim the server can do). Contender: ``SessionDB.claim_handoff`` (owner, lease,
+  fencing and its audit row). Bar (issue 13): at least 0.8x the baseline's throughput, i.e. a
+  time ratio of 1.25 or less.
+* ``batch claims``: every worker drains the shared backlog until nothing is pending.
+  Baseline on PostgreSQL: psycopg claiming the oldest pending row per autocommit statement
+  (``FOR UPDATE SKIP LOCKED``, no audit row); on SQLite: the ``sqlite3`` module claiming one row
+  per ``BEGIN IMMEDIATE`` transaction with its audit row. Contenders:
+  ``SessionDB.claim_pending_handoffs(limit)`` at limits 1, 10 and 100. Bars (issue 13): with
+  limit 100, at least 10x the baseline's rate on PostgreSQL (ratio 0.1 or less) and 5x on SQLite
+  (0.2 or less).
+
+After every round the benchmark checks that each row was claimed exactly once (running, with
+attempt 1), then puts the rows back to pending for the next round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL
+
+from hermes_state import SessionDB
+from hermes_state.engine import with_driver
+
+from . import fixtures
+from .common import BenchmarkError, Result, Samples, summarize
+
+__all__ = ["run"]
+
+NAME: Final = "transitions"
+PROCESSES: Final = (1, 2, 4)
+ROWS: Final = 3000
+QUICK_ROWS: Final = 600
+ROUNDS: Final = 4
+QUICK_ROUNDS: Final = 1
+LIMITS: Final = (1, 10, 100)
+LEASE_SECONDS: Final = 300.0
+WAIT: Final = 300.0  # seconds; a safety net against a hung worker
+
+BARE_UPDATE: Final = "psycopg bare UPDATE"
+STORE_CLAIM: Final = "SessionDB.claim_handoff"
+BARE_NEXT_PG: Final = "psycopg 1 row/statement"
+BARE_NEXT_SQLITE: Final = "sqlite3 1 row/transaction"
+
+
+def _batch(limit: int) -> str:
+    return f"claim_pending_handoffs({limit})"
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """What one worker does in one round: ``kind`` of claiming, on ``ids`` or the backlog."""
+
+    kind: str
+    url: str
+    worker: int
+    ids: tuple[str, ...] = ()
+    limit: int = 1
+
+
+def run(quick: bool) -> list[Result]:
+    rows = QUICK_ROWS if quick else ROWS
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    results: list[Result] = []
+    server = fixtures.pg_server()
+    if server is None:
+        fixtures.skipping(f"{NAME} (PostgreSQL)")
+    else:
+        with fixtures.pg_database(server) as url:
+            _seed(url, rows)
+            contenders = [BARE_UPDATE, STORE_CLAIM]
+            results += _case(url, "single claims, PostgreSQL", contenders, rows, rounds)
+            contenders = [BARE_NEXT_PG, *(_batch(limit) for limit in LIMITS)]
+            results += _case(url, "batch claims, PostgreSQL", contenders, rows, rounds)
+    with _sqlite_database() as url:
+        _seed(url, rows)
+        contenders = [BARE_NEXT_SQLITE, *(_batch(limit) for limit in LIMITS)]
+        results += _case(url, "batch claims, SQLite", contenders, rows, rounds)
+    return results
+
+
+_BARS: Final = {
+    ("single claims, PostgreSQL", STORE_CLAIM): 1.25,
+    ("batch claims, PostgreSQL", _batch(100)): 0.1,
+    ("batch claims, SQLite", _batch(100)): 0.2,
+}
+
+
+def _case(url: URL, case: str, contenders: Sequence[str], rows: int, rounds: int) -> list[Result]:
+    ids = [fixtures.session_id(index) for index in range(rows)]
+    results: list[Result] = []
+    context = multiprocessing.get_context("spawn")
+    for processes in PROCESSES:
+        samples: dict[str, Samples] = {name: [] for name in contenders}
+        with (
+            context.Manager() as manager,
+            ProcessPoolExecutor(processes, mp_context=context) as pool,
+        ):
+            for round_index in range(rounds):
+                shift = round_index % len(contenders)
+                for name in [*contenders[shift:], *contenders[:shift]]:
+                    seconds = _round(url, pool, manager, name, ids, processes)
+                    samples[name].append(seconds / rows)
+        label = f"{case}, {processes} process{'es' if processes > 1 else ''}"
+        notes = {
+            name: f"{1 / min(values):,.0f} claims/s (best round)"
+            for name, values in samples.items()
+        }
+        limits = {name: bar for (bar_case, name), bar in _BARS.items() if bar_case == case}
+        results += summarize(
+            NAME,
+            label,
+            samples,
+            baseline=contenders[0],
+            ops_per_round=rows,
+            limits=limits,
+            notes=notes,
+        )
+    return results
+
+
+def _round(
+    url: URL, pool: ProcessPoolExecutor, manager: Any, name: str, ids: list[str], processes: int
+) -> float:
+    """One round of contender ``name``: rows pending, workers released together, checked."""
+    _reset(url)
+    plain = url.render_as_string(hide_password=False)
+    start = manager.Barrier(processes + 1)
+    orders = [_order(name, plain, worker, ids[worker::processes]) for worker in range(processes)]
+    futures = [pool.submit(_work, order, start) for order in orders]
+    start.wait(WAIT)
+    began = time.perf_counter()
+    claimed = [future.result(timeout=WAIT) for future in futures]
+    elapsed = time.perf_counter() - began
+    if sum(claimed) != len(ids):
+        raise BenchmarkError(f"{name}: claimed {sum(claimed)} of {len(ids)} rows")
+    _check(url, len(ids), name)
+    return elapsed
+
+
+def _order(name: str, url: str, worker: int, share: list[str]) -> Order:
+    if name in (BARE_UPDATE, STORE_CLAIM):
+        return Order(name, url, worker, ids=tuple(share))
+    if name.startswith("claim_pending_handoffs("):
+        return Order("batch", url, worker, limit=int(name.split("(")[1].rstrip(")")))
+    return Order(name, url, worker)
+
+
+# -- the database ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _sqlite_database() -> Iterator[URL]:
+    path = fixtures.scratch() / f"{NAME}.db"
+    SessionDB(path).close()
+    yield URL.create("sqlite", database=str(path))
+
+
+def _engine(url: URL) -> Any:
+    return create_engine(with_driver(url, asyncio=False))
+
+
+def _seed(url: URL, rows: int) -> None:
+    engine = _engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO sessions (id, source, started_at) VALUES (:id, 'bench', :at)"),
+                [{"id": fixtures.session_id(index), "at": float(index)} for index in range(rows)],
+            )
+    finally:
+        engine.dispose()
+
+
+def _reset(url: URL) -> None:
+    """Every row pending again, attempt 0, and an empty audit trail."""
+    engine = _engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "UPDATE sessions SET handoff_state = 'pending', handoff_platform = 'telegram',"
+                    " handoff_requested_at = started_at, handoff_claimed_at = NULL,"
+                    " handoff_owner = NULL, handoff_lease_expires_at = NULL, handoff_attempt = 0"
+                )
+            )
+            connection.execute(text("DELETE FROM handoff_events"))
+        if url.get_backend_name() == "postgresql":
+            with engine.connect() as connection:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+                connection.execute(text("VACUUM ANALYZE sessions"))
+                connection.execute(text("VACUUM ANALYZE handoff_events"))
+    finally:
+        engine.dispose()
+
+
+def _check(url: URL, rows: int, name: str) -> None:
+    engine = _engine(url)
+    try:
+        with engine.connect() as connection:
+            running, once = connection.execute(
+                text(
+                    "SELECT count(*), count(CASE WHEN handoff_attempt = 1 THEN 1 END) "
+                    "FROM sessions WHERE handoff_state = 'running'"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    if running != rows or once != rows:
+        raise BenchmarkError(f"{name}: {running} rows running, {once} claimed once, of {rows}")
+
+
+# -- the workers (spawned processes) -----------------------------------------------------------
+
+
+def _work(order: Order, start: Any) -> int:
+    """Open connections, wait for the others, claim; returns how many rows this worker won."""
+    workers: dict[str, Callable[[Order, Any], int]] = {
+        BARE_UPDATE: _bare_update,
+        STORE_CLAIM: _store_claim,
+        BARE_NEXT_PG: _bare_next_pg,
+        BARE_NEXT_SQLITE: _bare_next_sqlite,
+        "batch": _store_batch,
+    }
+    return workers[order.kind](order, start)
+
+
+_BARE_CLAIM_BY_ID: Final = (
+    "UPDATE sessions SET handoff_state = 'running', handoff_claimed_at = %(now)s, "
+    "handoff_owner = %(owner)s, handoff_lease_expires_at = %(lease)s, "
+    "handoff_attempt = handoff_attempt + 1 WHERE id = %(id)s AND handoff_state = 'pending'"
+)
+_BARE_CLAIM_NEXT: Final = (
+    "UPDATE sessions SET handoff_state = 'running', handoff_claimed_at = %(now)s, "
+    "handoff_owner = %(owner)s, handoff_lease_expires_at = %(lease)s, "
+    "handoff_attempt = handoff_attempt + 1 WHERE id = (SELECT id FROM sessions "
+    "WHERE handoff_state = 'pending' ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+    "RETURNING id"
+)
+
+
+def _psycopg(order: Order) -> Any:
+    import psycopg
+
+    from hermes_state.engine import resolve_url
+
+    return psycopg.connect(fixtures.pg_conninfo(resolve_url(order.url)), autocommit=True)
+
+
+def _params(order: Order, **extra: Any) -> dict[str, Any]:
+    now = time.time()
+    return {"now": now, "owner": f"w{order.worker}", "lease": now + LEASE_SECONDS, **extra}
+
+
+def _bare_update(order: Order, start: Any) -> int:
+    with _psycopg(order) as connection:
+        connection.execute("SELECT 1")
+        start.wait(WAIT)
+        won = 0
+        for session_id in order.ids:
+            won += connection.execute(_BARE_CLAIM_BY_ID, _params(order, id=session_id)).rowcount
+    return won
+
+
+def _bare_next_pg(order: Order, start: Any) -> int:
+    with _psycopg(order) as connection:
+        connection.execute("SELECT 1")
+        start.wait(WAIT)
+        won = 0
+        while connection.execute(_BARE_CLAIM_NEXT, _params(order)).fetchone() is not None:
+            won += 1
+    return won
+
+
+def _bare_next_sqlite(order: Order, start: Any) -> int:
+    from hermes_state.engine import resolve_url
+
+    path = resolve_url(order.url).database
+    assert path is not None
+    connection = sqlite3.connect(path, isolation_level=None, timeout=60)
+    pending = (
+        "SELECT id FROM sessions WHERE handoff_state = 'pending' ORDER BY started_at, id LIMIT 1"
+    )
+    try:
+        connection.execute("PRAGMA synchronous = NORMAL")
+        start.wait(WAIT)
+        won = 0
+        while True:
+            connection.execute("BEGIN IMMEDIATE")
+            now = time.time()
+            recorded = connection.execute(
+                "INSERT INTO handoff_events (session_id, from_state, to_state, at, actor, attempt)"
+                f" SELECT id, handoff_state, 'running', ?, ?, handoff_attempt + 1 FROM sessions"
+                f" WHERE id = ({pending})",
+                (now, f"w{order.worker}"),
+            ).rowcount
+            if not recorded:
+                connection.execute("COMMIT")
+                return won
+            connection.execute(
+                "UPDATE sessions SET handoff_state = 'running', handoff_claimed_at = ?,"
+                " handoff_owner = ?, handoff_lease_expires_at = ?,"
+                f" handoff_attempt = handoff_attempt + 1 WHERE id = ({pending})",
+                (now, f"w{order.worker}", now + LEASE_SECONDS),
+            )
+            connection.execute("COMMIT")
+            won += 1
+    finally:
+        connection.close()
+
+
+def _store(order: Order) -> SessionDB:
+    return SessionDB(url=order.url, owner=f"w{order.worker}", lease_seconds=LEASE_SECONDS)
+
+
+def _store_claim(order: Order, start: Any) -> int:
+    with _store(order) as db:
+        db.has_pending_handoffs()
+        start.wait(WAIT)
+        return sum(db.claim_handoff(session_id) for session_id in order.ids)
+
+
+def _store_batch(order: Order, start: Any) -> int:
+    with _store(order) as db:
+        db.has_pending_handoffs()
+        start.wait(WAIT)
+        won = 0
+        while batch := db.claim_pending_handoffs(order.limit):
+            won += len(batch)
+        return won
