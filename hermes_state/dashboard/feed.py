@@ -32,7 +32,8 @@ BATCH: Final = 200
 #: A gap in the event ids may be a transaction that has not committed yet: look again for it
 #: this long before giving up (a rolled-back insert leaves a gap forever).
 GAP_PATIENCE: Final = 5.0
-#: Larger jumps than this (a sequence cache, another increment) are not tracked as gaps.
+#: Of a larger jump (a pruned trail, whose ids go on from the sequence; a sequence cache)
+#: only the ids just below the new event are tracked: a concurrent insert took one of those.
 MAX_GAP: Final = 1000
 #: The SQLite change token is probed this often; a full look runs every ``interval`` anyway.
 TOKEN_PROBE: Final = 0.1
@@ -202,9 +203,8 @@ class ChangeFeed:
         if event_id in self._gaps:
             del self._gaps[event_id]
         elif event_id > self._last:
-            if event_id - self._last <= MAX_GAP:
-                for missing in range(self._last + 1, event_id):
-                    self._gaps[missing] = now
+            for missing in range(max(self._last + 1, event_id - MAX_GAP), event_id):
+                self._gaps[missing] = now
             self._last = event_id
         else:
             return  # already delivered
