@@ -249,8 +249,10 @@ class NativeAsyncSessionDB(StoreSettings):
     async def handoff_history(self, session_id: str) -> list[Row]:
         return await self._run(self._plans.handoff_history(session_id))
 
-    async def prune_handoff_events(self, older_than_seconds: float) -> int:
-        return await self._run(self._plans.prune_handoff_events(older_than_seconds))
+    async def prune_handoff_events(
+        self, older_than_seconds: float, *, dry_run: bool = False
+    ) -> int:
+        return await self._run(self._plans.prune_handoff_events(older_than_seconds, dry_run))
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -278,6 +280,16 @@ class NativeAsyncSessionDB(StoreSettings):
 
     async def last_handoff_event_id(self) -> int:
         return await self._run(self._plans.last_handoff_event_id())
+
+    async def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        handoff_state: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        return await self._run(self._plans.list_sessions(source, handoff_state, since, limit))
 
     async def has_pending_handoffs(self) -> bool:
         return await self._run(self._plans.has_pending_handoffs())

@@ -84,7 +84,8 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
     """A URL from an explicit URL or path, else ``HERMES_STATE_URL``, else the default file.
 
     Anything without ``://`` is a path to an SQLite file. A URL without a driver gets the one
-    hermes-state depends on (``postgresql://`` becomes ``postgresql+psycopg://``).
+    hermes-state depends on (``postgresql://`` becomes ``postgresql+psycopg://``), and
+    ``postgres://``, the spelling many hosting providers hand out, means ``postgresql://``.
     """
     if target is None:
         target = os.environ.get(ENV_URL) or default_db_path()
@@ -109,6 +110,9 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
     else:
         raise InvalidInputTypeError(f"expected a database URL or path, not {type(target).__name__}")
     backend, _, driver = url.drivername.partition("+")
+    if backend == "postgres":  # what most hosting providers hand out
+        backend = "postgresql"
+        url = url.set(drivername=f"{backend}+{driver}" if driver else backend)
     if backend not in _DRIVERS:
         raise InvalidInputError(
             f"unsupported database {backend!r} in {describe(url)}; "
@@ -145,6 +149,14 @@ def describe(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def refuse_directory(path: Path) -> None:
+    """A folder where a database file is expected is bad input, said before anything opens it."""
+    if path.is_dir():
+        raise InvalidInputError(
+            f"{path} is a directory; give the path of a database file inside it"
+        )
+
+
 def _prepare_sqlite_path(url: URL) -> None:
     """Refuse a directory, and create the file's missing folders.
 
@@ -156,10 +168,7 @@ def _prepare_sqlite_path(url: URL) -> None:
     """
     assert url.database is not None
     path = Path(url.database)
-    if path.is_dir():
-        raise InvalidInputError(
-            f"{path} is a directory; give the path of a database file inside it"
-        )
+    refuse_directory(path)
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -759,11 +759,14 @@ class Repository:
         params = {"session_id": require_identifier("session_id", session_id)}
         return Plan(_rows, statements.handoff_history(), params, writes=False)
 
-    def prune_handoff_events(self, older_than_seconds: object) -> Plan[int]:
+    def prune_handoff_events(self, older_than_seconds: object, dry_run: bool = False) -> Plan[int]:
+        """Delete events older than ``older_than_seconds``; with ``dry_run`` only count them."""
         age = require_seconds("older_than_seconds", older_than_seconds)
         if age < 0:
             raise InvalidInputError(f"older_than_seconds must not be negative, not {age:g}")
         params = {"before": self.clock() - age}
+        if dry_run:
+            return Plan(_count, statements.count_events_before(), params, writes=False)
         return Plan(_changed, statements.prune_events(), params, writes=True)
 
     # session turn leases
@@ -857,6 +860,30 @@ class Repository:
     def last_handoff_event_id(self) -> Plan[int]:
         return Plan(_last_event_id, writes=False)
 
+    def list_sessions(
+        self,
+        source: object = None,
+        handoff_state: object = None,
+        since: object = None,
+        limit: object = None,
+    ) -> Plan[list[Row]]:
+        """Sessions, newest first: of ``source``, in ``handoff_state``, started at or after
+        ``since`` (epoch seconds), at most ``limit`` (None: no filter, no limit)."""
+        params: dict[str, Any] = {}
+        if source is not None:
+            params["source"] = require_identifier("source", source, max_length=NAME_LENGTH)
+        if since is not None:
+            params["since"] = require_seconds("since", since)
+        if limit is not None:
+            params["limit"] = require_count("limit", limit)
+        statement = statements.list_sessions(
+            None if handoff_state is None else require_state(handoff_state),
+            by_source=source is not None,
+            since=since is not None,
+            limited=limit is not None,
+        )
+        return Plan(_rows, statement, params, writes=False)
+
     def has_pending_handoffs(self) -> Plan[bool]:
         return Plan(_has_rows, statements.has_pending_handoffs(), writes=False)
 
@@ -887,3 +914,8 @@ def _nothing_renewed(_caps: Capabilities) -> Body[list[str]]:
 def _changed(_caps: Capabilities, statement: Executable, params: Mapping[str, Any]) -> Body[int]:
     outcome = yield Step(statement, params)
     return outcome.rowcount
+
+
+def _count(_caps: Capabilities, statement: Executable, params: Mapping[str, Any]) -> Body[int]:
+    outcome = yield Step(statement, params)
+    return int(outcome.rows[0]["count"]) if outcome.rows else 0

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, Engine, column, func, inspect, select, table, text
 
-from .engine import READ_ONLY, describe, is_sqlite, make_engine, read_only_file_uri
+from .engine import (
+    READ_ONLY,
+    describe,
+    is_sqlite,
+    make_engine,
+    read_only_file_uri,
+    refuse_directory,
+)
 from .errors import (
     ForeignDatabaseError,
     InvalidInputError,
@@ -127,6 +134,7 @@ def look_at_sqlite_file(url: URL) -> FileState:
     """Whose file this is and its revision, read without writing a byte (see FileKind)."""
     assert url.database is not None
     path = Path(url.database)
+    refuse_directory(path)
     if not path.is_file() or path.stat().st_size == 0:
         return FileState(FileKind.NEW, None)
     with _read_only_sqlite(url.database) as connection:

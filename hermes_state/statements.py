@@ -745,6 +745,12 @@ def prune_events() -> Delete:
 
 
 @functools.cache
+def count_events_before() -> Select[Any]:
+    """How many events :func:`prune_events` would delete."""
+    return select(func.count().label("count")).where(_e.at < bindparam("before"))
+
+
+@functools.cache
 def recent_failures() -> Select[tuple[str | None, int]]:
     """The most common errors among failures since ``:since``, most frequent first."""
     return (
@@ -814,6 +820,24 @@ def list_handoffs(
     if search:
         stmt = stmt.where(_c.id.like(bindparam("search"), escape="/"))
     stmt = stmt.order_by(_c.started_at, _c.id)
+    return stmt.limit(bindparam("limit")) if limited else stmt
+
+
+@functools.cache
+def list_sessions(
+    state: HandoffState | None, *, by_source: bool, since: bool, limited: bool
+) -> Select[tuple[object, ...]]:
+    """Whole session rows, newest ``started_at`` first; filtered on ``:source`` when
+    ``by_source``, on ``state``, and on ``started_at >= :since`` when ``since``; at most
+    ``:limit`` when ``limited``."""
+    stmt = select(sessions)
+    if state is not None:
+        stmt = stmt.where(state_is(state))
+    if by_source:
+        stmt = stmt.where(_c.source == bindparam("source"))
+    if since:
+        stmt = stmt.where(_c.started_at >= bindparam("since"))
+    stmt = stmt.order_by(_c.started_at.desc(), _c.id.desc())
     return stmt.limit(bindparam("limit")) if limited else stmt
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import URL
 
 from . import notify
-from .engine import Patience, describe, is_sqlite, make_engine, resolve_url
+from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import DatabaseUnavailableError, InvalidInputError, ReadOnlyDatabaseError
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
 from .repository import Ownership, Plan, Repository, Row, lease_patience
@@ -118,6 +118,7 @@ class SessionDB(StoreSettings):
         self.read_only = read_only
         embedded = is_sqlite(self.url)
         if read_only and embedded and not Path(str(self.url.database)).is_file():
+            refuse_directory(Path(str(self.url.database)))
             raise DatabaseUnavailableError(
                 f"there is no database at {self.where}; `hermes-state db upgrade` creates one"
             )
@@ -314,9 +315,9 @@ class SessionDB(StoreSettings):
         """Every recorded transition of the session, oldest first."""
         return self._run(self._plans.handoff_history(session_id))
 
-    def prune_handoff_events(self, older_than_seconds: float) -> int:
-        """Delete events older than this; returns how many went."""
-        return self._run(self._plans.prune_handoff_events(older_than_seconds))
+    def prune_handoff_events(self, older_than_seconds: float, *, dry_run: bool = False) -> int:
+        """Delete events older than this; returns how many went (would go, with dry_run)."""
+        return self._run(self._plans.prune_handoff_events(older_than_seconds, dry_run))
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -352,6 +353,18 @@ class SessionDB(StoreSettings):
     def last_handoff_event_id(self) -> int:
         """The newest audit event's id (0 when there is none): where a change feed starts."""
         return self._run(self._plans.last_handoff_event_id())
+
+    def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        handoff_state: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        """Whole session rows, newest ``started_at`` first, optionally filtered by source,
+        handoff state and start time (epoch seconds, inclusive), at most ``limit``."""
+        return self._run(self._plans.list_sessions(source, handoff_state, since, limit))
 
     def has_pending_handoffs(self) -> bool:
         """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""

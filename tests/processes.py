@@ -5,6 +5,8 @@
   ``eventually`` is the asyncio twin: it runs the check in a thread, as it may read a database.
 * ``cli_argv`` / ``run_cli``: ``hermes-state --url URL ...`` as a separate interpreter
   (``python -m hermes_state.cli``), to build a command line or to run one to its end.
+* ``CONSOLE`` / ``console``: the installed ``hermes-state`` console script itself, run to its
+  end with its output captured (``--url`` is not added: the test places every option).
 * ``Watcher``: a long-running ``hermes-state`` process (``watch``) whose log (stderr) is
   collected line by line as it comes.
 * ``DashboardProcess``: ``hermes-state dashboard`` on a free loopback port, its address read
@@ -33,10 +35,12 @@ from sqlalchemy.engine import URL
 
 __all__ = [
     "CLI",
+    "CONSOLE",
     "DEADLINE",
     "DashboardProcess",
     "Watcher",
     "cli_argv",
+    "console",
     "eventually",
     "group_is_gone",
     "kill_group",
@@ -49,6 +53,8 @@ __all__ = [
 DEADLINE = 30.0  # seconds; only reached when something is broken
 POLL = 0.01  # seconds between two looks at a check
 CLI = [sys.executable, "-m", "hermes_state.cli"]
+#: The console script pip installed next to this interpreter.
+CONSOLE = str(Path(sys.executable).with_name("hermes-state"))
 
 
 # -- waiting -------------------------------------------------------------------------------------
@@ -101,11 +107,28 @@ def run_cli(
     )
 
 
+def console(
+    *argv: str, env: Mapping[str, str] | None = None, timeout: float = DEADLINE
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``hermes-state`` console script with exactly ``argv``, to its end, its output
+    captured; the exit code is the caller's to check."""
+    return subprocess.run(
+        [CONSOLE, *argv],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 class Watcher:
     """A ``hermes-state`` process whose stderr (its log) is collected line by line as it comes.
 
     ``name`` is how failure messages call it; ``deadline`` bounds each of its waits. With
     ``own_group`` it leads a process group of its own, and ``kill`` kills that whole group.
+    With ``stdout_too`` its stdout is collected along with stderr, as one stream.
     """
 
     def __init__(
@@ -116,6 +139,7 @@ class Watcher:
         name: str = "the watcher",
         own_group: bool = False,
         deadline: float = DEADLINE,
+        stdout_too: bool = False,
     ) -> None:
         self.name = name
         self.own_group = own_group
@@ -124,13 +148,14 @@ class Watcher:
             argv,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE if stdout_too else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if stdout_too else subprocess.PIPE,
             text=True,
             start_new_session=own_group,
         )
         self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,))
+        stream = self.process.stdout if stdout_too else self.process.stderr
+        self._reader = threading.Thread(target=self._read, args=(stream,))
         self._reader.start()
 
     def _read(self, stream: IO[str] | None) -> None:

@@ -409,6 +409,25 @@ def test_malformed_or_unsupported_urls_raise_invalid_input(url: str) -> None:
     assert isinstance(caught.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("url", "drivername"),
+    [
+        ("postgres://user:pw@host/db", "postgresql"),
+        ("postgres+asyncpg://user@host/db", "postgresql+asyncpg"),
+        ("postgres+psycopg://user@host:5433/db", "postgresql+psycopg"),
+    ],
+)
+def test_postgres_means_postgresql(url: str, drivername: str) -> None:
+    resolved = resolve_url(url)
+    assert resolved.drivername == drivername
+    assert resolved.render_as_string(hide_password=False).split("://")[1] == url.split("://")[1]
+
+
+def test_postgres_with_an_unknown_driver_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="postgresql"):
+        resolve_url("postgres+nosuchdriver://user@host/db")
+
+
 @pytest.mark.parametrize("target", [123, 4.5, b"state.db"])
 def test_a_target_of_the_wrong_type_is_refused(target: object) -> None:
     with pytest.raises(HermesStateError) as caught:

@@ -233,8 +233,8 @@ def test_a_sigkilled_watcher_takes_its_handlers_with_it(db_path: Path, env: dict
 @pytest.mark.parametrize(
     ("argv", "complaint"),
     [
-        (["--interval", "0"], "--interval: expected a number of seconds > 0"),
-        (["--exec-timeout", "0"], "--exec-timeout: expected a number of seconds > 0"),
+        (["--interval", "0"], "--interval: expected a number of seconds above 0"),
+        (["--exec-timeout", "0"], "--exec-timeout: expected a number of seconds above 0"),
         (["--log-format", "xml"], "--log-format: expected text or json"),
     ],
 )

@@ -81,13 +81,20 @@ def test_history_oldest_first(
 
     plain = on("handoff", "history", "s1")
     assert plain.code == 0
-    lines = plain.out.splitlines()
+    header, *lines = plain.out.splitlines()
+    assert header.split() == ["WHEN", "FROM", "TO", "BY", "ATTEMPT", "DETAIL"]
     assert len(lines) == 4
     for line, event in zip(lines, events, strict=True):
-        assert line.startswith(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event["at"])))
-        assert f"-> {event['to_state']}" in line
-        assert f"by {event['actor']}" in line
-        assert (event["detail"] or "") in line
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event["at"]))
+        assert line.startswith(when)
+        cells = line[len(when) :].split()
+        assert cells[:4] == [
+            event["from_state"] or "-",
+            event["to_state"],
+            event["actor"],
+            str(event["attempt"]),
+        ]
+        assert (event["detail"] or "-") in line
 
     quiet = on("handoff", "history", "quiet", "--json")
     assert quiet.code == 0
@@ -99,6 +106,7 @@ def test_history_oldest_first(
     assert "ghost" in unknown.err
     assert unknown.out == ""
     assert on("handoff", "history", "ghost", "--json").code == 1
+    assert on("handoff", "history", "ghost", "--json").json()["error"] == "unknown session"
 
 
 def test_history_of_pruned_session_is_empty_not_unknown(
@@ -205,9 +213,15 @@ def test_reclaim_dry_run_lists_and_changes_nothing(
     plain = on("handoff", "reclaim", "--dry-run")
     assert plain.code == 0
     assert "a reclaim would fail 2 running handoff(s)" in plain.out
-    assert re.search(r"expired\s+owner gw-dead: lease expired \d+ s ago", plain.out)
-    assert re.search(r"unleased\s+owner -: no lease", plain.out)
-    assert "live" not in plain.out.replace("unleased", "")
+    assert re.search(r"expired\s+gw-dead\s+lease expired \d+ s ago", plain.out)
+    assert re.search(r"unleased\s+-\s+no lease", plain.out)
+    # The row under a live lease is listed apart, with its owner and expiry, naming --all.
+    assert "1 running handoff(s) are under a live lease" in plain.out
+    assert "only --all would fail them" in plain.out
+    assert re.search(r"\nlive\s+gw-live\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", plain.out)
+    assert [row["id"] for row in document["under_live_lease"]] == ["live"]
+    assert document["under_live_lease"][0]["owner"] == "gw-live"
+    assert document["under_live_lease"][0]["lease_expires_at"] > time.time()
 
     everything = on("handoff", "reclaim", "--dry-run", "--all", "--json")
     assert everything.code == 0
@@ -216,6 +230,7 @@ def test_reclaim_dry_run_lists_and_changes_nothing(
     assert rows["live"]["owner"] == "gw-live"
     assert "--all" in rows["live"]["reason"]
     assert "live" in on("handoff", "reclaim", "--dry-run", "--all").out
+    assert everything.json()["under_live_lease"] == []
 
     assert database_digest(backend_url) == before
 
@@ -383,14 +398,17 @@ def test_stats(stores: Callable[..., SessionDB], on: Callable[..., CliResult]) -
     plain = on("handoff", "stats")
     assert plain.code == 0
     lines = [line.strip() for line in plain.out.splitlines()]
+    cells = [line.split() for line in lines]
+    assert ["STATE", "COUNT"] in cells
     for state, count in stats["counts"].items():
-        assert f"{state}  {count}" in lines
+        assert [state, str(count)] in cells
     assert re.search(r"oldest pending: \d+ s ago", plain.out)
-    assert "running under gw-live: 2 (2 live lease, 0 expired, 0 without)" in lines
-    assert "running under gw-dead: 1 (0 live lease, 1 expired, 0 without)" in lines
-    assert "running under (no owner): 1 (0 live lease, 0 expired, 1 without)" in lines
+    assert ["OWNER", "RUNNING", "LIVE", "LEASES", "EXPIRED", "NO", "LEASE"] in cells
+    assert ["gw-live", "2", "2", "0", "0"] in cells
+    assert ["gw-dead", "1", "0", "1", "0"] in cells
+    assert ["(no", "owner)", "1", "0", "0", "1"] in cells
     assert "failures in the last hour: 4" in lines
-    assert "3  telegram: chat not found" in lines
+    assert ["3", "telegram:", "chat", "not", "found"] in cells
     assert "two hours ago" not in plain.out
 
 

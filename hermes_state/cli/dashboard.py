@@ -9,7 +9,7 @@ import socket
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from . import EXIT_OK, Output, add_option, database_url, whole_number
+from . import Output, Result, add_option, command, database_url, whole_number
 
 logger = logging.getLogger("hermes_state.dashboard")
 
@@ -20,8 +20,14 @@ GRACE: Final = 5
 
 
 def register(commands: Any) -> None:
-    dashboard = commands.add_parser(
+    configure_dashboard(commands)
+
+
+def configure_dashboard(commands: Any) -> None:
+    dashboard = command(
+        commands,
         "dashboard",
+        run_dashboard,
         help="serve a web dashboard of the handoffs (needs the dashboard extra)",
         description="Serve the handoffs live: counts, running rows and leases, failures, each "
         "session's history and transcript, a JSON API under /api/, Server-Sent Events at "
@@ -39,10 +45,10 @@ def register(commands: Any) -> None:
         dashboard,
         "--port",
         env="HERMES_STATE_DASHBOARD_PORT",
-        kind=whole_number(0),
+        kind=whole_number(0, 65535),
         default=DEFAULT_PORT,
         metavar="PORT",
-        help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one)",
+        help=f"TCP port (0 up to 65535; default {DEFAULT_PORT}; 0 picks a free one)",
     )
     add_option(
         dashboard,
@@ -52,7 +58,6 @@ def register(commands: Any) -> None:
         help="enables the actions (retry, withdraw, reclaim), sent as `Authorization: Bearer "
         "TOKEN`; prefer the environment variable, which other users cannot see",
     )
-    dashboard.set_defaults(command_function=run_dashboard)
 
 
 def is_loopback(host: str) -> bool:
@@ -64,11 +69,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def run_dashboard(args: argparse.Namespace, out: Output) -> int:
+def run_dashboard(args: argparse.Namespace, out: Output) -> Result:
     from ..dashboard import require_extra
 
-    if args.port > 65535:
-        raise InvalidInputError(f"--port must be a TCP port (0-65535), not {args.port}")
     token = (args.token or "").strip() or None
     if not token and not is_loopback(args.host):
         raise InvalidInputError(
@@ -96,7 +99,8 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> int:
             app, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACE
         )
         server = uvicorn.Server(config)
-        _announce(server, _address(listener), out)
+        address = _address(listener)
+        _announce(server, address, out)
         stopping = server.handle_exit
 
         def handle_exit(*signal_info: Any) -> None:
@@ -113,7 +117,9 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> int:
     finally:
         listener.close()
         store.close()
-    return EXIT_OK
+    return Result(
+        {"stopped": True, "address": address, "database": store.where, "actions": bool(token)}
+    )
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -144,13 +150,14 @@ def _address(listener: socket.socket) -> str:
 
 
 def _announce(server: Any, address: str, out: Output) -> None:
-    """Print the address once the server is ready (a port of 0 was chosen by the system)."""
+    """Print the address once the server is ready (a port of 0 was chosen by the system): on
+    stdout for people, on stderr under --json, whose stdout holds only the final document."""
     original = server.startup
 
     async def startup(sockets: Any = None) -> None:
         await original(sockets=sockets)
         if server.started:
-            out.line(f"dashboard on {address}")
-            out.stdout.flush()
+            stream = out.stderr if out.as_json else out.stdout
+            print(f"dashboard on {address}", file=stream, flush=True)
 
     server.startup = startup

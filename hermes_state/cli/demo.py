@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import HermesStateError
 from ..store import SessionDB
-from . import EXIT_OK, Output, add_option
+from . import Output, Result, add_option, command
 
 if TYPE_CHECKING:
     from gateway.run import GatewayRunner
@@ -41,20 +41,6 @@ FIRST_GATEWAY_COMMAND = (
 )
 
 
-def register(commands: Any) -> None:
-    demo = commands.add_parser(
-        "demo", help="show the handoff life cycle on a temporary database (a few seconds)"
-    )
-    add_option(
-        demo,
-        "--keep",
-        env="HERMES_STATE_DEMO_KEEP",
-        flag=True,
-        help="keep the temporary database and print its path",
-    )
-    demo.set_defaults(command_function=run_demo)
-
-
 def _wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -68,31 +54,53 @@ def _states(db: SessionDB) -> dict[str, Mapping[str, Any] | None]:
 
 
 def _table(db: SessionDB, out: Output) -> None:
-    out.line(f"    {'session':<9}{'state':<11}{'platform':<10}error")
+    out.narrate(f"    {'session':<9}{'state':<11}{'platform':<10}error")
     for sid, state in _states(db).items():
         assert state is not None
         error = state["error"] or ""
-        out.line(f"    {sid:<9}{state['state'] or '-':<11}{state['platform'] or '-':<10}{error}")
+        out.narrate(f"    {sid:<9}{state['state'] or '-':<11}{state['platform'] or '-':<10}{error}")
 
 
-def run_demo(args: argparse.Namespace, out: Output) -> int:
+def register(commands: Any) -> None:
+    configure_demo(commands)
+
+
+def configure_demo(commands: Any) -> None:
+    demo = command(
+        commands,
+        "demo",
+        run_demo,
+        help="show the handoff life cycle on a temporary database (a few seconds)",
+    )
+    add_option(
+        demo,
+        "--keep",
+        env="HERMES_STATE_DEMO_KEEP",
+        flag=True,
+        help="keep the temporary database and print its path",
+    )
+
+
+def run_demo(args: argparse.Namespace, out: Output) -> Result:
     logging.getLogger("gateway").setLevel(logging.WARNING)  # the narrative says what happens
     folder = Path(tempfile.mkdtemp(prefix="hermes-state-demo-"))
     path = folder / "state.db"
-    out.line(f"A temporary embedded database: {path}\n")
+    out.narrate(f"A temporary embedded database: {path}\n")
     with SessionDB(path) as db:
-        out.line("1. Three sessions start in the terminal, each with a transcript.")
+        out.narrate("1. Three sessions start in the terminal, each with a transcript.")
         for sid, messages in TRANSCRIPTS.items():
             db.create_session(sid, "cli", title=f"demo {sid}")
             for role, content in messages:
                 db.append_message(sid, role, content)
-        out.line("2. The user asks to continue each one on a messaging platform.")
+        out.narrate("2. The user asks to continue each one on a messaging platform.")
         for sid, platform in PLATFORMS.items():
             db.request_handoff(sid, platform)
         _table(db, out)
 
-        out.line("\n3. A gateway (a separate `hermes-state watch --exec ...` process) claims them:")
-        out.line("   alpha is delivered, discord refuses bravo, and charlie's delivery hangs.")
+        out.narrate(
+            "\n3. A gateway (a separate `hermes-state watch --exec ...` process) claims them:"
+        )
+        out.narrate("   alpha is delivered, discord refuses bravo, and charlie's delivery hangs.")
         pid_file = folder / "charlie.pid"
         gateway = _start_gateway(path, pid_file)
         try:
@@ -104,43 +112,50 @@ def run_demo(args: argparse.Namespace, out: Output) -> int:
                 ),
                 "the first gateway's deliveries",
             )
-            out.line("4. The gateway crashes (SIGKILL) in the middle of charlie's delivery.")
+            out.narrate("4. The gateway crashes (SIGKILL) in the middle of charlie's delivery.")
         finally:
             gateway.kill()
             gateway.wait()
             _kill_pid_in(pid_file)
         _table(db, out)
         refused = not db.request_handoff("charlie", "slack")
-        out.line(
+        out.narrate(
             f"   charlie is stranded: a new request is {'refused' if refused else 'accepted'}."
         )
 
-        out.line("\n5. A new gateway starts; its startup reclaim fails the stranded row and tells")
-        out.line("   the user how to retry (it may or may not have arrived: no blind re-delivery).")
+        out.narrate(
+            "\n5. A new gateway starts; its startup reclaim fails the stranded row and tells"
+        )
+        out.narrate(
+            "   the user how to retry (it may or may not have arrived: no blind re-delivery)."
+        )
         delivered: list[str] = []
         runner = _second_gateway(db, delivered)
         asyncio.run(runner.run(ticks=1))
         _table(db, out)
-        out.line("\n6. The user re-runs /handoff; the second gateway delivers it.")
+        out.narrate("\n6. The user re-runs /handoff; the second gateway delivers it.")
         db.request_handoff("charlie", "slack")
         asyncio.run(runner.run(ticks=1))
         asyncio.run(runner.close())
         _table(db, out)
-        out.line(f"   delivered by the second gateway: {', '.join(delivered)}")
-        out.line(
+        out.narrate(f"   delivered by the second gateway: {', '.join(delivered)}")
+        out.narrate(
             f"   charlie's transcript travelled along: {len(db.get_messages('charlie'))} messages"
         )
+        final = _states(db)
     if args.keep:
-        out.line(f"\nkept {path}")
+        out.narrate(f"\nkept {path}")
     else:
         for leftover in folder.iterdir():
             leftover.unlink()
         folder.rmdir()
-    return EXIT_OK
+    return Result(
+        {"database": str(path) if args.keep else None, "delivered": delivered, "final": final}
+    )
 
 
 def _start_gateway(path: Path, pid_file: Path) -> subprocess.Popen[bytes]:
-    command = [
+    argv = [
         sys.executable,
         "-m",
         "hermes_state.cli",
@@ -156,7 +171,7 @@ def _start_gateway(path: Path, pid_file: Path) -> subprocess.Popen[bytes]:
     ]
     environment = {**os.environ, "DEMO_PID_FILE": str(pid_file)}
     return subprocess.Popen(
-        command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
 
 
@@ -179,4 +194,4 @@ def _second_gateway(db: SessionDB, delivered: list[str]) -> GatewayRunner:
     return GatewayRunner(store, deliver, interval=0.05, drain_timeout=5.0)
 
 
-__all__ = ["register", "run_demo"]
+__all__ = ["configure_demo", "register", "run_demo"]

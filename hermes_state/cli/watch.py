@@ -22,12 +22,13 @@ from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
 from . import (
-    EXIT_OK,
+    MAX_SECONDS,
     Output,
+    Result,
     add_option,
+    command,
     database_url,
     finite_number,
-    positive_int,
     repeated,
     whole_number,
 )
@@ -293,8 +294,14 @@ def _profile(text: str) -> tuple[str, Path]:
 
 
 def register(commands: Any) -> None:
-    watch = commands.add_parser(
+    configure_watch(commands)
+
+
+def configure_watch(commands: Any) -> None:
+    watch = command(
+        commands,
         "watch",
+        run_watch,
         help="run a handoff watcher (a gateway)",
         description="Claim pending handoffs and deliver each one, until SIGINT or SIGTERM; "
         "then stop claiming, wait for deliveries in flight (--drain-timeout) and exit.",
@@ -316,7 +323,7 @@ def register(commands: Any) -> None:
         default=DEFAULT_EXEC_TIMEOUT,
         metavar="S",
         help="kill a --exec command running longer than S seconds and fail its handoff "
-        f"(default {DEFAULT_EXEC_TIMEOUT:g})",
+        f"(above 0 up to {MAX_SECONDS:g}; default {DEFAULT_EXEC_TIMEOUT:g})",
     )
     add_option(
         watch,
@@ -333,7 +340,7 @@ def register(commands: Any) -> None:
         kind=POSITIVE_SECONDS,
         default=2.0,
         metavar="S",
-        help="seconds between polls, > 0 (default 2)",
+        help=f"seconds between polls (more than 0, up to {MAX_SECONDS:g}; default 2)",
     )
     add_option(
         watch,
@@ -342,7 +349,8 @@ def register(commands: Any) -> None:
         kind=SECONDS,
         default=30.0,
         metavar="S",
-        help="on stop, seconds to wait for deliveries in flight (default 30)",
+        help=f"on stop, seconds to wait for deliveries in flight (0 up to {MAX_SECONDS:g}; "
+        "default 30)",
     )
     add_option(
         watch,
@@ -369,16 +377,17 @@ def register(commands: Any) -> None:
         default=60.0,
         metavar="S",
         help="how long a claim holds without renewal (renewed every third); another gateway "
-        "fails a row whose lease expired (default 60)",
+        f"fails a row whose lease expired (above 0 up to {MAX_SECONDS:g}; default 60)",
     )
     add_option(
         watch,
         "--max-concurrency",
         env="HERMES_STATE_MAX_CONCURRENCY",
-        kind=positive_int,
+        kind=whole_number(1, 1000),
         default=3,
         metavar="N",
-        help="deliveries in flight at once; the rest stay pending for other gateways (default 3)",
+        help="deliveries in flight at once; the rest stay pending for other gateways "
+        "(1 up to 1000; default 3)",
     )
     add_option(
         watch,
@@ -400,20 +409,17 @@ def register(commands: Any) -> None:
         watch,
         "--metrics-port",
         env="HERMES_STATE_WATCH_METRICS_PORT",
-        kind=whole_number(1),
+        kind=whole_number(1, 65535),
         metavar="PORT",
-        help="serve Prometheus metrics (claims, deliveries, latencies) on 127.0.0.1:PORT/metrics; "
-        "needs the dashboard extra",
+        help="serve Prometheus metrics (claims, deliveries, latencies) on 127.0.0.1:PORT/metrics "
+        "(1 up to 65535); needs the dashboard extra",
     )
-    watch.set_defaults(command_function=run_watch)
 
 
 def _watcher_metrics(port: int | None) -> Any:
     """The watcher's metrics, served on ``port``, or None when metrics are off."""
     if port is None:
         return None
-    if port > 65535:
-        raise InvalidInputError(f"--metrics-port must be a TCP port (1-65535), not {port}")
     try:
         from ..metrics import WatcherMetrics
     except ImportError:
@@ -430,7 +436,7 @@ def _watcher_metrics(port: int | None) -> Any:
     return metrics
 
 
-def run_watch(args: argparse.Namespace, out: Output) -> int:
+def run_watch(args: argparse.Namespace, out: Output) -> Result:
     from gateway.run import GatewayRunner, default_owner
 
     from ..store import SessionDB
@@ -476,7 +482,7 @@ def run_watch(args: argparse.Namespace, out: Output) -> int:
         if isinstance(handler, ExecHandler):
             handler.close()
     logger.info("watcher stopped")
-    return EXIT_OK
+    return Result({"stopped": True, "owner": store.owner, "database": store.where})
 
 
 def _log_format(text: str) -> str:

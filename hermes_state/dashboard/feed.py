@@ -32,8 +32,8 @@ BATCH: Final = 200
 #: A gap in the event ids may be a transaction that has not committed yet: look again for it
 #: this long before giving up (a rolled-back insert leaves a gap forever).
 GAP_PATIENCE: Final = 5.0
-#: At most this many ids below a new event are watched as gaps (a sequence cache, another
-#: increment, or a feed placed on an empty trail make larger jumps).
+#: Of a larger jump (a pruned trail, whose ids go on from the sequence; a sequence cache)
+#: only the ids just below the new event are tracked: a concurrent insert took one of those.
 MAX_GAP: Final = 1000
 #: The SQLite change token is probed this often; a full look runs every ``interval`` anyway.
 TOKEN_PROBE: Final = 0.1
@@ -70,12 +70,9 @@ class Subscription:
 class ChangeFeed:
     """Follows the audit trail of ``store`` (an awaitable store) and fans events out."""
 
-    def __init__(
-        self, store: Any, *, interval: float = 0.5, gap_patience: float = GAP_PATIENCE
-    ) -> None:
+    def __init__(self, store: Any, *, interval: float = 0.5) -> None:
         self.store = store
         self.interval = interval
-        self.gap_patience = gap_patience
         self._subscriptions: set[Subscription] = set()
         self._wake = asyncio.Event()
         self._last = 0
@@ -191,9 +188,7 @@ class ChangeFeed:
 
     async def _read_new_events(self) -> None:
         now = time.monotonic()
-        self._gaps = {
-            gap: seen for gap, seen in self._gaps.items() if now - seen < self.gap_patience
-        }
+        self._gaps = {gap: seen for gap, seen in self._gaps.items() if now - seen < GAP_PATIENCE}
         start = min(self._gaps) - 1 if self._gaps else self._last
         while True:
             events = await self.store.handoff_events_after(start, limit=BATCH)
@@ -208,8 +203,6 @@ class ChangeFeed:
         if event_id in self._gaps:
             del self._gaps[event_id]
         elif event_id > self._last:
-            # The ids skipped may still commit; at most MAX_GAP of them, the nearest, are
-            # watched (a feed placed on an empty trail starts from 0 while ids run high).
             for missing in range(max(self._last + 1, event_id - MAX_GAP), event_id):
                 self._gaps[missing] = now
             self._last = event_id
