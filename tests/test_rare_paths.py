@@ -201,8 +201,13 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
             waiter.kill()
             waiter.wait()
     assert waiter.returncode == 130, (out, err)
-    assert err.strip().endswith("interrupted"), err
+    # One line (issue 12: a request still pending when Ctrl-C comes is withdrawn, and said so).
+    assert err.strip() == (
+        "hermes-state: interrupted: the request for 's' was withdrawn before a gateway claimed it"
+    ), err
     assert "Traceback" not in err
+    with SessionDB(path) as db:
+        assert db.get_handoff_state("s")["state"] == "failed"
 
 
 def explode(*_args: object) -> int:
