@@ -22,19 +22,15 @@ procrastinate|pgqueuer URL`` is the worker half of each case (the parent starts 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
-
-from hermes_state.engine import with_driver
 
 from . import fixtures
 from .common import BenchmarkError, Result, Samples, summarize
@@ -99,21 +95,6 @@ def run(quick: bool) -> list[Result]:
 
 
 # -- databases ---------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _empty_database(server: URL) -> Iterator[URL]:
-    """A new, empty database on ``server`` (no hermes schema), dropped afterwards."""
-    name = f"hs_bench_drain_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(with_driver(server, asyncio=False), isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f"CREATE DATABASE {name}"))
-        yield server.set(database=name)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
 
 
 def _query_one(url: URL, sql: str) -> tuple[Any, ...]:
@@ -182,10 +163,7 @@ def _worker(system: str, url: URL) -> list[str]:
 
 
 def _drain_hermes(server: URL, units: int) -> float:
-    from hermes_state import schema
-
-    with _empty_database(server) as url:
-        schema.upgrade(url)
+    with fixtures.pg_database(server) as url:
         _seed_handoffs(url, units)
         command = [
             *(sys.executable, "-m", "hermes_state.cli", "--url", url.render_as_string(False)),
@@ -251,7 +229,7 @@ def _procrastinate_app(url: URL) -> Any:
 
 
 def _drain_procrastinate(server: URL, units: int) -> float:
-    with _empty_database(server) as url:
+    with fixtures.pg_database(server, at_head=False) as url:
         app = _procrastinate_app(url)
         with app.open():
             app.schema_manager.apply_schema()
@@ -286,7 +264,7 @@ async def _pgqueuer_connect(url: URL) -> Any:
 
 
 def _drain_pgqueuer(server: URL, units: int) -> float:
-    with _empty_database(server) as url:
+    with fixtures.pg_database(server, at_head=False) as url:
         asyncio.run(_seed_pgqueuer(url, units))
         done = _counts(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'", units)
         _drain(_worker("pgqueuer", url), done, PGQUEUER)

@@ -191,8 +191,9 @@ def skipping(what: str) -> None:
 
 
 @contextlib.contextmanager
-def pg_database(server: URL) -> Iterator[URL]:
-    """A new database on ``server`` at the head revision, dropped (forcibly) afterwards."""
+def pg_database(server: URL, *, at_head: bool = True) -> Iterator[URL]:
+    """A new database on ``server`` (at the head revision unless ``at_head`` is False: then
+    empty, for other systems' schemas), dropped (forcibly) afterwards."""
     from hermes_state import schema
 
     name = f"hs_bench_{uuid.uuid4().hex[:12]}"
@@ -201,7 +202,8 @@ def pg_database(server: URL) -> Iterator[URL]:
         with admin.connect() as connection:
             connection.execute(text(f"CREATE DATABASE {name}"))
         url = server.set(database=name)
-        schema.upgrade(url)
+        if at_head:
+            schema.upgrade(url)
         yield url
     finally:
         with admin.connect() as connection:

@@ -17,6 +17,7 @@ __all__ = [
     "describe_diffs",
     "include_object",
     "modified_column",
+    "sqlite_affinity",
     "table_options",
 ]
 
@@ -44,7 +45,7 @@ def include_object(
     return not (reflected and compare_to is None)
 
 
-def _sqlite_affinity(declared: str) -> str:
+def sqlite_affinity(declared: str) -> str:
     """SQLite's type affinity of a declared column type (section 3.1 of its datatype docs)."""
     upper = declared.upper()
     if "INT" in upper:
@@ -70,7 +71,7 @@ def compare_type(
         return None  # Alembic's own comparison
     inspected = inspected_type.compile(dialect=context.dialect)
     declared = metadata_type.compile(dialect=context.dialect)
-    return _sqlite_affinity(inspected) != _sqlite_affinity(declared)
+    return sqlite_affinity(inspected) != sqlite_affinity(declared)
 
 
 def context_options(dialect_name: str) -> dict[str, Any]:

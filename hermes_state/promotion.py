@@ -57,7 +57,7 @@ from sqlalchemy.types import NullType, TypeEngine
 
 from .engine import READ_ONLY, describe, is_sqlite, make_engine
 from .errors import HermesStateError, InvalidInputError, translated
-from .migration_support import table_options
+from .migration_support import sqlite_affinity, table_options
 from .models import ID_LENGTH, handoff_events, messages, sessions
 from .notify import database_key
 from .schema import ADOPTION_TABLE, VERSION_TABLE, ensure_current
@@ -149,20 +149,6 @@ class CopyReport:
 
 
 # -- the portable type mapping --------------------------------------------------------------------
-
-
-def sqlite_affinity(declared: str) -> str:
-    """SQLite's type affinity of a declared column type (section 3.1 of its datatype docs)."""
-    upper = declared.upper()
-    if "INT" in upper:
-        return "INTEGER"
-    if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
-        return "TEXT"
-    if not upper or "BLOB" in upper:
-        return "BLOB"
-    if any(word in upper for word in ("REAL", "FLOA", "DOUB")):
-        return "REAL"
-    return "NUMERIC"
 
 
 #: SQLite affinity -> the kind of value a column holds on every backend.
