@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -249,17 +250,39 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True, read_only: bool 
     if url.get_backend_name() == "postgresql":
         # No pool_pre_ping here: its SELECT 1 would double the round trips of a transition
         # (one statement in autocommit). The checkout check below costs no round trip.
-        engine = create_engine(
-            url, isolation_level="READ COMMITTED", execution_options=_EXECUTION_OPTIONS
-        )
+        with _driver_installed(url):
+            engine = create_engine(
+                url, isolation_level="READ COMMITTED", execution_options=_EXECUTION_OPTIONS
+            )
         event.listen(engine, "checkout", _refuse_connections_the_server_closed)
         return engine
-    return create_engine(
-        url,
-        pool_pre_ping=True,
-        isolation_level="READ COMMITTED",
-        execution_options=_EXECUTION_OPTIONS,
-    )
+    with _driver_installed(url):
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            isolation_level="READ COMMITTED",
+            execution_options=_EXECUTION_OPTIONS,
+        )
+
+
+#: The extra that installs each server's drivers.
+_EXTRAS: Final = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+
+
+@contextlib.contextmanager
+def _driver_installed(url: URL) -> Iterator[None]:
+    """Engine creation imports the driver: a missing one is named with the extra to install,
+    not shown as a ModuleNotFoundError."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get(url.get_backend_name())
+        if extra is None:
+            raise
+        raise InvalidInputError(
+            f"{describe(url)} needs the {exc.name} driver, which is not installed: "
+            f"run `pip install 'hermes-state[{extra}]'`"
+        ) from None
 
 
 def _refuse_connections_the_server_closed(
@@ -292,12 +315,13 @@ def make_async_engine(url: URL) -> AsyncEngine:
         engine = create_async_engine(async_url, execution_options=_EXECUTION_OPTIONS)
         _install_sqlite_listeners(engine.sync_engine, enforce_foreign_keys=True)
         return engine
-    return create_async_engine(
-        async_url,
-        pool_pre_ping=True,
-        isolation_level="READ COMMITTED",
-        execution_options=_EXECUTION_OPTIONS,
-    )
+    with _driver_installed(url):
+        return create_async_engine(
+            async_url,
+            pool_pre_ping=True,
+            isolation_level="READ COMMITTED",
+            execution_options=_EXECUTION_OPTIONS,
+        )
 
 
 @dataclass(frozen=True, slots=True)

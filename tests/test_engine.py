@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +33,13 @@ from hermes_state import (
     default_db_path,
     resolve_url,
 )
-from hermes_state.engine import BUSY_TIMEOUT_MS, READ_ONLY, describe, make_engine
+from hermes_state.engine import (
+    BUSY_TIMEOUT_MS,
+    READ_ONLY,
+    describe,
+    make_async_engine,
+    make_engine,
+)
 from tests.digest import sync_url
 
 WAIT = 30.0  # a safety net for a hung thread, never a way to synchronise
@@ -532,3 +539,38 @@ def test_server_store_survives_its_connections_being_killed(
     assert _kill_other_connections(backend_url) >= 1
     assert store.request_handoff("s", "telegram") is True
     assert store.get_handoff_state("s")["state"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("postgresql://u@h/db", "psycopg", "postgres"),
+        ("postgres://u@h/db", "psycopg", "postgres"),
+        ("mysql://u@h/db", "pymysql", "mysql"),
+        ("mariadb://u@h/db", "pymysql", "mysql"),
+    ],
+)
+def test_a_missing_server_driver_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, url: str, module: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # as if the extra were not installed
+    with pytest.raises(InvalidInputError, match=rf"pip install 'hermes-state\[{extra}\]'"):
+        make_engine(resolve_url(url))
+
+
+def test_a_missing_async_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    with pytest.raises(InvalidInputError, match=r"asyncpg driver.*hermes-state\[postgres\]"):
+        make_async_engine(resolve_url("postgresql://u@h/db"))
+
+
+def test_the_cli_says_which_extra_a_missing_driver_needs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hermes_state.cli import main
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    assert main(["--url", "postgres://u@h/db", "handoff", "stats"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert "pip install 'hermes-state[postgres]'" in error
