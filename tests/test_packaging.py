@@ -20,24 +20,10 @@ from pathlib import Path
 import pytest
 
 from hermes_state import schema
+from tests.mutants import IGNORE as COPY_IGNORE  # one list of what a copy of the project leaves out
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WHEELHOUSE_ENV = "HERMES_STATE_TEST_WHEELHOUSE"
-COPY_IGNORE = shutil.ignore_patterns(
-    ".venv",
-    ".git",
-    "__pycache__",
-    "*.egg-info",
-    "build",
-    "dist",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".hypothesis",
-    "*.db",
-    "*.db-wal",
-    "*.db-shm",
-)
 
 
 def run(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300):
