@@ -47,7 +47,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from hermes_state import SessionDB
 from hermes_state.engine import BUSY_TIMEOUT_MS, make_engine, resolve_url
-from hermes_state.repository import Outcome, Plan
+from hermes_state.plans import Outcome, Plan
 from hermes_state.statements import Capabilities
 
 from .common import Batch, BenchmarkError, Result, interleaved, summarize

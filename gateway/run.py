@@ -40,8 +40,8 @@ from sqlalchemy.engine import URL
 
 from hermes_state import AsyncSessionDB, SessionDB, notify
 from hermes_state.engine import hermes_home
-from hermes_state.errors import HermesStateError
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.errors import HermesStateError, SideTaskFailed
+from hermes_state.plans import STRANDED_ERROR
 
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -90,10 +90,6 @@ _scoped_store: contextvars.ContextVar[Any] = contextvars.ContextVar(
 _active_profile_stores: contextvars.ContextVar[ProfileStores | None] = contextvars.ContextVar(
     "hermes_profile_stores", default=None
 )
-
-
-class SideTaskFailed(HermesStateError, RuntimeError):
-    """A watcher side task (lease keeper, LISTEN, heartbeat) kept crashing: the watcher stopped."""
 
 
 def get_hermes_home() -> Path:

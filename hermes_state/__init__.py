@@ -23,15 +23,15 @@ from .errors import (
     ReadOnlyDatabaseError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    UnknownSessionError,
 )
 
 if TYPE_CHECKING:
     from .aio import NativeAsyncSessionDB
     from .engine import default_db_path, resolve_url
-    from .facade import AsyncSessionDB
     from .models import HandoffState
-    from .repository import UnknownSessionError
     from .store import SessionDB
+    from .threaded import AsyncSessionDB
 
 __all__ = [
     "AsyncSessionDB",
@@ -57,11 +57,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AsyncSessionDB": ".facade",
+    "AsyncSessionDB": ".threaded",
     "SessionDB": ".store",
     "NativeAsyncSessionDB": ".aio",
     "HandoffState": ".models",
-    "UnknownSessionError": ".repository",
     "default_db_path": ".engine",
     "resolve_url": ".engine",
 }

@@ -1,6 +1,6 @@
 """NativeAsyncSessionDB: SessionDB's methods as coroutines on SQLAlchemy's AsyncEngine.
 
-It drives the same plans as the synchronous store (:mod:`hermes_state.repository`), so both
+It drives the same plans as the synchronous store (:mod:`hermes_state.plans`), so both
 run identical statements; only the awaiting differs. Drivers: aiosqlite for SQLite, asyncpg
 (or psycopg) for PostgreSQL, aiomysql for MySQL/MariaDB.
 """
@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .engine import READ_ONLY, is_sqlite, make_async_engine
 from .errors import raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
-from .repository import Body, Plan, Row, lease_patience
+from .plans import Body, Plan, Row, lease_patience
 from .schema import bring_current, current_revision, ensure_current
 from .statements import Capabilities, ReclaimScope
 from .store import Clock, StoreSettings

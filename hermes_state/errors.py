@@ -9,19 +9,25 @@ from typing import Final
 
 __all__ = [
     "ConcurrentChangeError",
+    "CopyConflictError",
+    "CopyRefusedError",
     "DatabaseBusyError",
     "DatabaseCorruptError",
     "DatabaseError",
     "DatabaseUnavailableError",
+    "DeliveryFailed",
     "DiskFullError",
     "ForeignDatabaseError",
     "HermesStateError",
     "InvalidInputError",
     "InvalidInputTypeError",
+    "MissingExtraError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "SideTaskFailed",
+    "UnknownSessionError",
     "corrupt_error",
     "is_retryable",
     "raise_translated",
@@ -85,6 +91,30 @@ class SchemaOutOfDateError(HermesStateError):
 
 class SchemaTooNewError(HermesStateError):
     """The database was migrated by a newer hermes-state than this one."""
+
+
+class UnknownSessionError(HermesStateError, LookupError):
+    """The operation needs an existing session and there is none with this id."""
+
+
+class CopyConflictError(HermesStateError):
+    """The target holds rows with the same keys and different values."""
+
+
+class CopyRefusedError(HermesStateError):
+    """Some source rows cannot go into the target as it is; nothing was copied."""
+
+
+class DeliveryFailed(HermesStateError):
+    """The delivery command exited with a non-zero status, or ran out of time."""
+
+
+class MissingExtraError(HermesStateError):
+    """A library of the ``dashboard`` extra is not installed."""
+
+
+class SideTaskFailed(HermesStateError, RuntimeError):
+    """A watcher side task (lease keeper, LISTEN, heartbeat) kept crashing: the watcher stopped."""
 
 
 # SQLite's primary result codes (the low byte of ``sqlite3.Error.sqlite_errorcode``).

@@ -32,7 +32,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from .engine import READ_ONLY, Patience
 from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated
-from .repository import Body, Outcome, Plan, Step
+from .plans import Body, Outcome, Plan, Step
 from .statements import Capabilities
 
 __all__ = [

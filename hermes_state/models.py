@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -36,6 +36,7 @@ __all__ = [
     "metadata",
     "session_turn_leases",
     "sessions",
+    "table_options",
 ]
 
 # Every constraint and index gets a stable, predictable name, so migrations can address them.
@@ -51,7 +52,7 @@ ID_LENGTH: Final = 255
 ERROR_LIMIT: Final = 500
 
 # MySQL/MariaDB compare strings case-insensitively by default; session ids are exact. The
-# migrations pick the binary, no-pad collation per server (migration_support.table_options).
+# migrations pick the binary, no-pad collation per server (table_options, below).
 _MYSQL_TABLE_OPTIONS: Final = {"mysql_charset": "utf8mb4"}
 _LongText = Text().with_variant(LONGTEXT(), "mysql", "mariadb")
 
@@ -245,3 +246,15 @@ sessions: Table = metadata.tables["sessions"]
 messages: Table = metadata.tables["messages"]
 handoff_events: Table = metadata.tables["handoff_events"]
 session_turn_leases: Table = metadata.tables["session_turn_leases"]
+
+
+def table_options(dialect: Any) -> dict[str, str]:
+    """Table options for tables the migrations create.
+
+    On MySQL and MariaDB, ids must compare exactly: a binary collation, and one without
+    PAD SPACE, or 'a' and 'a ' would be the same session (MariaDB's utf8mb4_bin pads).
+    """
+    if dialect.name not in ("mysql", "mariadb"):
+        return {}
+    collation = "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+    return {f"{dialect.name}_charset": "utf8mb4", f"{dialect.name}_collate": collation}

@@ -55,10 +55,16 @@ from sqlalchemy.schema import DefaultClause, SchemaItem
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import NullType, TypeEngine
 
+from .drift import sqlite_affinity
 from .engine import READ_ONLY, describe, is_sqlite, make_engine
-from .errors import HermesStateError, InvalidInputError, translated
-from .migration_support import sqlite_affinity, table_options
-from .models import ID_LENGTH, handoff_events, messages, sessions
+from .errors import (
+    CopyConflictError,
+    CopyRefusedError,
+    HermesStateError,
+    InvalidInputError,
+    translated,
+)
+from .models import ID_LENGTH, handoff_events, messages, sessions, table_options
 from .notify import database_key
 from .schema import ADOPTION_TABLE, VERSION_TABLE, ensure_current
 
@@ -82,14 +88,6 @@ FTS5_SHADOW_SUFFIXES: Final = ("_data", "_idx", "_content", "_docsize", "_config
 _MYSQL: Final = ("mysql", "mariadb")
 
 Progress = Callable[[str, int, int], None]
-
-
-class CopyConflictError(HermesStateError):
-    """The target holds rows with the same keys and different values."""
-
-
-class CopyRefusedError(HermesStateError):
-    """Some source rows cannot go into the target as it is; nothing was copied."""
 
 
 @dataclass(frozen=True, slots=True)

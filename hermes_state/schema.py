@@ -41,19 +41,14 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
 __all__ = [
-    "DAMAGE",
     "HEAD_REVISION",
     "NO_REVISION",
     "VERSION_TABLE",
-    "Comparison",
-    "Drift",
     "FileKind",
     "FileState",
     "HistoryEntry",
     "Loss",
     "bring_current",
-    "check",
-    "compare",
     "current_revision",
     "damage_of",
     "downgrade",
@@ -449,99 +444,3 @@ def history(url: URL | None) -> list[HistoryEntry]:
         for script in scripts.walk_revisions()
     ]
     return entries[::-1]
-
-
-@dataclass(frozen=True, slots=True)
-class Drift:
-    """One difference between the models and the database, in words."""
-
-    kind: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.detail}"
-
-
-#: The Drift kind of a damaged SQLite file (``db check`` exits 2 on it).
-DAMAGE: Final = "damage"
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    """``db check``'s finding: drift, and the differences an adopted file is allowed to keep."""
-
-    drifts: list[Drift]
-    #: Pre-existing legacy columns of an adopted file that differ from the models (nullability,
-    #: types): the migrations left them as they were, on purpose; not drift.
-    adopted: list[Drift]
-
-
-def check(url: URL) -> list[Drift]:
-    """Differences between the models and the database; legacy extras are not drift."""
-    return compare(url).drifts
-
-
-def compare(url: URL) -> Comparison:
-    """The models against the database, adopted legacy differences set apart.
-
-    Read-only. A damaged SQLite file is one difference of kind :data:`DAMAGE` (the models are
-    not compared with it).
-    """
-    from alembic.autogenerate import compare_metadata
-    from alembic.migration import MigrationContext
-
-    from .migration_support import context_options, describe_diffs, modified_column
-    from .models import metadata
-
-    revision = revision_of(url)
-    if is_sqlite(url):
-        damage = damage_of(url)
-        if damage is not None:
-            return Comparison([Drift(DAMAGE, str(corrupt_error(describe(url), damage)))], [])
-    with migration_connection(url, read_only=True) as connection:
-        drifts: list[Drift] = []
-        adopted: list[Drift] = []
-        if revision != HEAD_REVISION:
-            drifts.append(
-                Drift(
-                    "revision",
-                    f"database is at {revision or NO_REVISION}, head is {HEAD_REVISION}",
-                )
-            )
-        added = _added_by_adoption(connection)
-        context = MigrationContext.configure(
-            connection, opts=context_options(connection.dialect.name)
-        )
-        for diff, words in describe_diffs(
-            compare_metadata(context, metadata), connection.dialect.name, with_diffs=True
-        ):
-            column = modified_column(diff)
-            legacy = (
-                column is not None
-                and added is not None
-                and column[0] not in added.tables
-                and column not in added.columns
-            )
-            (adopted if legacy else drifts).append(Drift(*words))
-        connection.rollback()
-        return Comparison(drifts, adopted)
-
-
-@dataclass(frozen=True, slots=True)
-class _Added:
-    tables: set[str]
-    columns: set[tuple[str, str]]
-
-
-def _added_by_adoption(connection: Connection) -> _Added | None:
-    """What the baseline migration added to this database (None: no record, nothing adopted)."""
-    if not inspect(connection).has_table(ADOPTION_TABLE):
-        return None
-    query = text(f"SELECT kind, table_name, name FROM {ADOPTION_TABLE}")  # noqa: S608
-    added = _Added(set(), set())
-    for kind, table_name, name in connection.execute(query):
-        if kind == "table":
-            added.tables.add(table_name)
-        elif kind.startswith("column"):  # "column", or "column:<revision>" of later ones
-            added.columns.add((table_name, name))
-    return added

@@ -17,7 +17,7 @@ from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import DatabaseUnavailableError, InvalidInputError, ReadOnlyDatabaseError
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
-from .repository import Ownership, Plan, Repository, Row, lease_patience
+from .plans import Ownership, Plan, PlanBook, Row, lease_patience
 from .schema import ensure_current
 from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
@@ -54,7 +54,7 @@ class StoreSettings:
         self._patience = Patience(require_seconds("busy_patience", busy_patience))
         ownership = Ownership.configure(owner, lease_seconds)
         default_actor = ownership.owner if ownership else "api"
-        self._plans = Repository(
+        self._plans = PlanBook(
             clock=clock,
             actor=require_identifier("actor", actor) if actor is not None else default_actor,
             ownership=ownership,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, text
 
+from hermes_state.drift import context_options
 from hermes_state.engine import resolve_url, with_driver
-from hermes_state.migration_support import context_options
 from hermes_state.models import metadata
 from hermes_state.schema import VERSION_TABLE, migration_connection
 

@@ -35,7 +35,7 @@ from hermes_state import (
     schema,
 )
 from hermes_state.cli import main
-from hermes_state.repository import UnknownSessionError
+from hermes_state.plans import UnknownSessionError
 from tests.conftest import sqlite_url
 from tests.digest import database_digest
 

@@ -22,7 +22,7 @@ from sqlalchemy.engine import URL
 from hermes_state import AsyncSessionDB, InvalidInputError, InvalidInputTypeError, SessionDB
 from hermes_state.aio import NativeAsyncSessionDB
 from hermes_state.models import handoff_events
-from hermes_state.repository import MAX_BATCH
+from hermes_state.plans import MAX_BATCH
 from tests.stores import HandClock, handoff_row, make_pending, put
 
 LEASE = 120.0

@@ -35,7 +35,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from hermes_state import SessionDB
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.plans import STRANDED_ERROR
 from tests.digest import sync_url
 
 PROCESSES = 8

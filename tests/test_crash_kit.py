@@ -39,9 +39,9 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import URL
 
-from hermes_state import SessionDB, schema
+from hermes_state import SessionDB, drift, schema
 from hermes_state.engine import resolve_url
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.plans import STRANDED_ERROR
 from tests.conftest import url_arg
 from tests.digest import database_snapshot
 from tests.legacy import build_legacy_db, row_digest, schema_entries, table_columns
@@ -377,7 +377,7 @@ def assert_old_or_head(path: Path, original: Original) -> str | None:
         assert schema_entries(path) == original.entries, "schema changed without a new revision"
         assert row_digest(path) == original.rows
     elif revision == schema.HEAD_REVISION:
-        assert schema.check(resolve_url(path)) == []
+        assert drift.check(resolve_url(path)) == []
         assert old_rows(path, original) == original_rows(original)
     else:
         pytest.fail(f"half-migrated: the file says revision {revision!r}")
@@ -403,7 +403,7 @@ def run_killed_migrations(original: Original, folder: Path, kill_points: list[in
         )
         assert finished.returncode == 0, finished.stderr
         assert revision_in_file(path) == schema.HEAD_REVISION
-        assert schema.check(resolve_url(path)) == []
+        assert drift.check(resolve_url(path)) == []
         assert old_rows(path, original) == original_rows(original)
     print("kill after N probes seeing the lock, outcome, revision left:", outcomes)
     assert any(how == "killed" for _, how, _ in outcomes), outcomes

@@ -31,7 +31,7 @@ from hermes_state.dashboard.app import WITHDRAWN_ERROR, create_app, session_path
 from hermes_state.dashboard.feed import QUEUE_SIZE, ChangeFeed, Subscription
 from hermes_state.engine import describe, make_engine
 from hermes_state.models import handoff_events
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.plans import STRANDED_ERROR
 
 from .conftest import server_url, throwaway_database
 from .processes import DashboardProcess, Watcher, cli_argv, eventually, run_cli, wait_until

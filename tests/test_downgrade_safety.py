@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import URL
 
-from hermes_state import SessionDB, schema
+from hermes_state import SessionDB, drift, schema
 from hermes_state.engine import resolve_url, with_driver
 
 from .conftest import throwaway_database, url_arg
@@ -290,7 +290,7 @@ def test_rendered_sql_builds_what_the_models_describe(
         run_script(url, rendered.out)
 
         assert schema.revision_of(url) == HEAD
-        assert schema.check(url) == []
+        assert drift.check(url) == []
         populate(url)
         down = cli("--url", url_arg(render), "db", "downgrade", "--sql", f"{HEAD}:base")
         run_script(url, down.out)

@@ -51,7 +51,7 @@ from hermes_state.errors import (
     ReadOnlyDatabaseError,
     translate,
 )
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.plans import STRANDED_ERROR
 from tests.conftest import empty_tables, sqlite_url
 from tests.digest import database_digest, sync_url
 from tests.processes import CLI, eventually, wait_until

@@ -29,6 +29,7 @@ from hermes_state import (
     ReadOnlyDatabaseError,
     SchemaOutOfDateError,
     SessionDB,
+    drift,
     schema,
 )
 from hermes_state.engine import resolve_url
@@ -369,7 +370,7 @@ def test_a_damaged_file_at_head_raises_the_corruption_error(cli: Any, tmp_path: 
 
     checked = cli("--url", str(path), "db", "check", "--json")
     assert checked.code == 2
-    assert [entry["kind"] for entry in checked.json()["differences"]] == [schema.DAMAGE]
+    assert [entry["kind"] for entry in checked.json()["differences"]] == [drift.DAMAGE]
     assert ".recover" in checked.json()["differences"][0]["detail"]
 
     listed = cli("--url", str(path), "handoff", "list", "--limit", "0")

@@ -34,7 +34,7 @@ from sqlalchemy.engine import URL
 
 import gateway.run as run
 from hermes_state import AsyncSessionDB, SessionDB, schema
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.plans import STRANDED_ERROR
 
 from .conftest import throwaway_database
 from .processes import CLI, Watcher, cli_argv, eventually, kill_group, read_pid, wait_until

@@ -27,8 +27,8 @@ from alembic.script import Script, ScriptDirectory
 from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.engine import URL
 
-from hermes_state import SessionDB, schema
-from hermes_state.migration_support import context_options
+from hermes_state import SessionDB, drift, schema
+from hermes_state.drift import context_options
 from hermes_state.models import metadata
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -196,7 +196,7 @@ def test_upgrade_to_head_and_models_match(empty_database: URL) -> None:
     assert current(empty_database) == schema.HEAD_REVISION
     assert schema.revision_of(empty_database) == schema.HEAD_REVISION
     assert {"sessions", "messages"} <= table_names(empty_database)
-    assert schema.check(empty_database) == []
+    assert drift.check(empty_database) == []
     assert compare(empty_database) == []
     assert compare(empty_database, ignore_only_reflected=False) == []
 
@@ -213,7 +213,7 @@ def test_models_match_detects_drift(empty_database: URL) -> None:
     diffs = compare(empty_database)
     assert [d[0] for d in diffs] == ["add_index"]
     assert diffs[0][1].name == "idx_sessions_handoff_pending"
-    assert [(d.kind, d.detail.split()[0]) for d in schema.check(empty_database)] == [
+    assert [(d.kind, d.detail.split()[0]) for d in drift.check(empty_database)] == [
         ("add index", "idx_sessions_handoff_pending")
     ]
 
@@ -247,7 +247,7 @@ def test_round_trip_step_by_step(empty_database: URL) -> None:
     for script in revisions:
         alembic_upgrade(url, script.revision)
     assert current(url) == schema.HEAD_REVISION
-    assert schema.check(url) == []
+    assert drift.check(url) == []
     assert compare(url, ignore_only_reflected=False) == []
 
 
@@ -265,7 +265,7 @@ def test_each_step_goes_down_and_up_again(empty_database: URL) -> None:
         alembic_upgrade(url, script.revision)
         assert current(url) == script.revision
         assert schema_snapshot(url) == shape
-    assert schema.check(url) == []
+    assert drift.check(url) == []
 
 
 def test_round_trip_keeps_working_with_data(empty_database: URL) -> None:
@@ -332,5 +332,5 @@ def test_alembic_command_line_from_the_repository_root(empty_database: URL, tmp_
     )
     assert upgraded.returncode == 0, upgraded.stderr
     assert current(empty_database) == schema.HEAD_REVISION
-    assert schema.check(empty_database) == []
+    assert drift.check(empty_database) == []
     assert not (tmp_path / "elsewhere" / "state.db").exists()

@@ -48,7 +48,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL
 
 from hermes_state import SessionDB
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.plans import STRANDED_ERROR
 from tests.conftest import database_at_head, empty_tables
 from tests.digest import sync_url
 from tests.stores import HandClock

@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 from hermes_state import SessionDB, schema
-from hermes_state.repository import STRANDED_ERROR
+from hermes_state.plans import STRANDED_ERROR
 from tests.conftest import CliResult, database_at_head, sqlite_url, url_arg
 from tests.digest import database_digest, sync_url
 from tests.stores import put

@@ -170,12 +170,12 @@ def test_installed_copy_migrates_through_the_library(installed: Installed) -> No
         installed.python,
         "-c",
         "import sys\n"
-        "from hermes_state import SessionDB, schema\n"
+        "from hermes_state import SessionDB, drift, schema\n"
         "from hermes_state.engine import resolve_url\n"
         "url = resolve_url(sys.argv[1])\n"
         "schema.upgrade(url)\n"
         "print(schema.revision_of(url))\n"
-        "assert schema.check(url) == [], schema.check(url)\n"
+        "assert drift.check(url) == [], drift.check(url)\n"
         "with SessionDB(sys.argv[1]) as db:\n"
         "    db.create_session('s', 'cli')\n"
         "    assert db.request_handoff('s', 'telegram')\n",

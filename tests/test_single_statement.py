@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL
 from hermes_state import SessionDB
 from hermes_state.aio import NativeAsyncSessionDB
 from hermes_state.models import handoff_events
-from hermes_state.repository import Plan, Step
+from hermes_state.plans import Plan, Step
 from hermes_state.statements import HANDOFF_CHANNEL
 from tests.conftest import empty_tables
 from tests.stores import make_pending, put

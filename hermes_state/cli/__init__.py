@@ -15,23 +15,13 @@ interrupted (Ctrl-C). User errors never print a traceback; ``HERMES_STATE_DEBUG=
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import logging
 import os
-import re
 import sys
-import time
 import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TextIO
 
-from sqlalchemy.engine import URL
-
-from ..engine import ENV_URL, describe, is_sqlite, resolve_url
 from ..errors import (
     DatabaseCorruptError,
     ForeignDatabaseError,
@@ -40,10 +30,28 @@ from ..errors import (
     InvalidInputTypeError,
     NotADatabaseError,
 )
-from ..models import HandoffState
-
-if TYPE_CHECKING:
-    from ..store import SessionDB
+from .common import (
+    DEBUG_ENV,
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_TIMED_OUT,
+    Handler,
+    Output,
+    Result,
+    Table,
+    add_option,
+    check_environment,
+    command,
+    database_url,
+    finite_number,
+    global_options,
+    open_store,
+    repeated,
+    whole_number,
+    yes_no,
+)
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -55,385 +63,15 @@ __all__ = [
     "Result",
     "Table",
     "add_option",
+    "build_parser",
     "command",
     "database_url",
     "finite_number",
     "main",
     "open_store",
+    "repeated",
     "whole_number",
 ]
-
-EXIT_OK: Final = 0
-EXIT_REFUSED: Final = 1
-EXIT_BAD_INPUT: Final = 2
-EXIT_TIMED_OUT: Final = 3
-EXIT_INTERRUPTED: Final = 130
-DEBUG_ENV: Final = "HERMES_STATE_DEBUG"
-#: Who the audit trail names for changes made from the command line.
-CLI_ACTOR: Final = "cli"
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
-#: The largest row count any option accepts (a limit beyond it is certainly a typo).
-MAX_ROWS: Final = 1_000_000
-#: The longest duration any option accepts, in seconds (one week).
-MAX_SECONDS: Final = 7 * 86400.0
-STATE_NAMES: Final = ", ".join(state.value for state in HandoffState)
-
-
-@dataclass
-class Table:
-    """Rows under a header row; ``None`` cells print as ``-``."""
-
-    header: Sequence[str]
-    rows: Sequence[Sequence[Any]]
-
-    def lines(self) -> list[str]:
-        cells = [[str(h) for h in self.header]]
-        cells += [["-" if cell is None else _flat(str(cell)) for cell in row] for row in self.rows]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(self.header))]
-        return [
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-            for row in cells
-        ]
-
-
-def _flat(text: str) -> str:
-    """A table cell on one line: line breaks shown as ``\\n``."""
-    return text.replace("\r\n", "\n").replace("\n", "\\n")
-
-
-@dataclass
-class Result:
-    """What a command produced: ``document`` for ``--json``, ``text`` (lines and tables) for
-    people, the exit code, and for a refusal one line for stderr."""
-
-    document: Any
-    text: list[str | Table] = field(default_factory=list)
-    code: int = EXIT_OK
-    error: str | None = None
-
-
-class Output:
-    """Where a command writes while it runs: live progress on a terminal only (stderr)."""
-
-    def __init__(self, as_json: bool, stdout: TextIO, stderr: TextIO) -> None:
-        self.as_json = as_json
-        self.stdout = stdout
-        self.stderr = stderr
-        self._progress_shown = False
-        self.typed_url: str | None = None
-
-    @property
-    def live(self) -> bool:
-        """True when a person watches stderr (a terminal) and JSON was not asked for."""
-        return not self.as_json and self.stderr.isatty()
-
-    def progress(self, text: str) -> None:
-        """Rewrite the status line (terminals only; quiet otherwise)."""
-        if self.live:
-            print(f"\r\x1b[K{text}", end="", file=self.stderr, flush=True)
-            self._progress_shown = True
-
-    def end_progress(self) -> None:
-        if self._progress_shown:
-            print(file=self.stderr, flush=True)
-            self._progress_shown = False
-
-    def narrate(self, text: str = "") -> None:
-        """A line of a long command's story, as it happens (text mode only)."""
-        if not self.as_json:
-            print(text, file=self.stdout, flush=True)
-
-    def error(self, text: str) -> None:
-        self.end_progress()
-        print(f"hermes-state: {self.one_line(text)}", file=self.stderr)
-
-    def one_line(self, text: str) -> str:
-        """Driver messages span lines; an error is one line, naming the URL as it was typed."""
-        flat = re.sub(r"\s+", " ", text).replace("?.", "?").strip()
-        if self.typed_url and "://" in self.typed_url:
-            try:
-                shown = describe(resolve_url(self.typed_url))
-            except HermesStateError:
-                return flat
-            typed = _mask_password(self.typed_url)
-            backend, _, rest = shown.partition("://")
-            for driver in ("psycopg", "asyncpg", "pymysql", "aiomysql", "pysqlite", "aiosqlite"):
-                flat = flat.replace(f"{backend.split('+')[0]}+{driver}://{rest}", typed)
-            flat = flat.replace(shown, typed)
-        return flat
-
-    def emit(self, result: Result) -> None:
-        self.end_progress()
-        if self.as_json:
-            print(
-                json.dumps(result.document, indent=2, sort_keys=True, default=str), file=self.stdout
-            )
-        else:
-            for item in result.text:
-                for line in item.lines() if isinstance(item, Table) else [item]:
-                    print(line, file=self.stdout)
-        if result.error:
-            self.error(result.error)
-
-
-def local_time(epoch: object) -> object:
-    """Epoch seconds as local time for people; anything else as it is."""
-    if isinstance(epoch, int | float) and not isinstance(epoch, bool):
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
-    return epoch
-
-
-def unknown_session(session_id: str) -> Result:
-    """The refusal of a command about a session that does not exist."""
-    return Result(
-        {"id": session_id, "error": "unknown session"},
-        code=EXIT_REFUSED,
-        error=f"no session {session_id!r}",
-    )
-
-
-def _mask_password(text: str) -> str:
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", text)
-
-
-Handler = Callable[[argparse.Namespace, Output], Result]
-
-
-# -- option types ------------------------------------------------------------------------------
-
-
-def whole_number(minimum: int, maximum: int = MAX_ROWS) -> Callable[[str], int]:
-    """An argparse type: a whole number from ``minimum`` to ``maximum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(
-                f"expected a whole number from {minimum} to {maximum}, not {text!r}"
-            )
-        return value
-
-    return parse
-
-
-def finite_number(
-    unit: str, *, allow_zero: bool, maximum: float = MAX_SECONDS
-) -> Callable[[str], float]:
-    """An argparse type: a number of ``unit`` above 0 (or from 0 with allow_zero) up to
-    ``maximum``."""
-    bound = f"{'from 0' if allow_zero else 'above 0'} up to {maximum:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not ((value >= 0 if allow_zero else value > 0) and value <= maximum):
-            raise argparse.ArgumentTypeError(f"expected a number of {unit} {bound}, not {text!r}")
-        return value
-
-    return parse
-
-
-def state_name(text: str) -> str:
-    """An argparse type: the name of a handoff state."""
-    if text not in {state.value for state in HandoffState}:
-        raise argparse.ArgumentTypeError(f"unknown state {text!r}; expected one of {STATE_NAMES}")
-    return text
-
-
-def yes_no(name: str, raw: str | None) -> bool:
-    """An environment switch: 1/0, true/false, yes/no, on/off (any case); else bad input."""
-    text = (raw or "").strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise InvalidInputError(
-        f"{name}={raw!r} is not a yes/no value; use 1/0, true/false, yes/no or on/off"
-    )
-
-
-@dataclass(frozen=True)
-class _BadEnvironment:
-    """The default of an option whose variable is malformed: bad input if the command runs."""
-
-    message: str
-
-
-def add_option(
-    parser: argparse.ArgumentParser,
-    *flags: str,
-    env: str,
-    help: str,
-    kind: Callable[[str], Any] = str,
-    default: Any = None,
-    flag: bool = False,
-    repeatable: bool = False,
-    metavar: str | None = None,
-) -> None:
-    """An option whose default comes from ``env``; ``--help`` shows the variable.
-
-    Repeatable options read a comma-separated list from the environment. A malformed
-    environment value is reported as bad input when a command that reads it runs.
-    """
-    raw = os.environ.get(env)
-    help_text = f"{help} [env: {env}]"
-    if flag:
-        try:
-            value: Any = yes_no(env, raw)
-        except InvalidInputError as exc:
-            value = _BadEnvironment(str(exc))
-        parser.add_argument(*flags, action="store_true", default=value, help=help_text)
-        return
-    if repeatable:
-        from_env = [item.strip() for item in (raw or "").split(",") if item.strip()]
-        parser.add_argument(
-            *flags, action="append", type=kind, default=None, help=help_text, metavar=metavar
-        )
-        name = _dest(flags)
-        parser.set_defaults(**{f"_{name}_env": (env, from_env, kind)})
-        return
-    value = default
-    if raw is not None and raw.strip():
-        try:
-            value = kind(raw.strip())
-        except (ValueError, argparse.ArgumentTypeError) as exc:
-            value = _BadEnvironment(f"argument {max(flags, key=len)}: {exc} (from {env})")
-    parser.add_argument(*flags, type=kind, default=value, help=help_text, metavar=metavar)
-
-
-def _dest(flags: Sequence[str]) -> str:
-    longest = max(flags, key=len)
-    return longest.lstrip("-").replace("-", "_")
-
-
-def repeated(args: argparse.Namespace, name: str) -> list[Any]:
-    """A repeatable option's values: the flags when given, else the environment's list."""
-    given = getattr(args, name, None)
-    if given is not None:
-        return list(given)
-    env, raw_items, kind = getattr(args, f"_{name}_env", (None, [], str))
-    try:
-        return [kind(item) for item in raw_items]
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        raise InvalidInputError(f"{env}: {exc}") from None
-
-
-def _check_environment(args: argparse.Namespace) -> None:
-    for value in vars(args).values():
-        if isinstance(value, _BadEnvironment):
-            raise InvalidInputError(value.message)
-
-
-# -- the database ------------------------------------------------------------------------------
-
-
-def database_url(args: argparse.Namespace, *, must_exist: bool = False) -> URL:
-    """The database a command works on; ``must_exist`` refuses to create an SQLite file."""
-    url = resolve_url(_typed_url(args))
-    if must_exist and is_sqlite(url) and url.database and not Path(url.database).exists():
-        raise HermesStateError(
-            f"there is no database at {url.database}; `hermes-state db upgrade` creates one"
-        )
-    return url
-
-
-def _typed_url(args: argparse.Namespace) -> str | None:
-    typed: str | None = args.url
-    if typed is not None and not typed.strip():
-        raise InvalidInputError(
-            "--url is empty; give a database URL or an SQLite path, or leave --url out to use "
-            f"${ENV_URL} or $HERMES_HOME/state.db"
-        )
-    return typed
-
-
-def open_store(
-    args: argparse.Namespace, *, must_exist: bool = False, read_only: bool = False
-) -> SessionDB:
-    """The store a command works on (an embedded file is created and migrated on demand).
-
-    ``read_only`` for commands that only read: nothing is created, migrated or written, and a
-    database that is not at head is refused with the command that brings it there.
-    """
-    from ..store import SessionDB
-
-    url = database_url(args, must_exist=must_exist or read_only)
-    return SessionDB(url=url, actor=CLI_ACTOR, read_only=read_only)
-
-
-# -- parsers -----------------------------------------------------------------------------------
-
-GLOBAL_OPTIONS: Final = ("url", "verbose", "json")
-
-
-def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
-    """--url, -v and --json: on the top level with their defaults, and on every command with
-    no default, so that they are accepted before or after the command's name."""
-    if suppress:
-        parser.add_argument(
-            "--url", default=argparse.SUPPRESS, metavar="URL", help=_URL_HELP + f" [env: {ENV_URL}]"
-        )
-        parser.add_argument(
-            "-v",
-            "--verbose",
-            action="store_true",
-            default=argparse.SUPPRESS,
-            help="log debug detail [env: HERMES_STATE_VERBOSE]",
-        )
-        parser.add_argument(
-            "--json",
-            action="store_true",
-            default=argparse.SUPPRESS,
-            help="print the result as one JSON document [env: HERMES_STATE_JSON]",
-        )
-        return
-    add_option(parser, "--url", env=ENV_URL, help=_URL_HELP, metavar="URL")
-    add_option(
-        parser, "-v", "--verbose", env="HERMES_STATE_VERBOSE", flag=True, help="log debug detail"
-    )
-    add_option(
-        parser,
-        "--json",
-        env="HERMES_STATE_JSON",
-        flag=True,
-        help="print the result as one JSON document",
-    )
-
-
-_URL_HELP: Final = (
-    "database URL or SQLite path (default: $HERMES_HOME/state.db, HERMES_HOME defaulting to "
-    "~/.hermes)"
-)
-
-
-@functools.cache
-def _parent() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    _global_options(parent, suppress=True)
-    return parent
-
-
-def group(commands: Any, name: str, *, help: str) -> Any:
-    """A command with actions (``db``, ``handoff``, ``session``): its subparsers."""
-    parser = commands.add_parser(name, help=help, description=help, parents=[_parent()])
-    return parser.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
-
-
-def command(
-    commands: Any, name: str, handler: Handler, *, help: str, description: str | None = None
-) -> argparse.ArgumentParser:
-    """Declare one command, run by ``handler``; the global options are accepted on it too."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        name, help=help, description=description or help, parents=[_parent()]
-    )
-    parser.set_defaults(command_function=handler)
-    return parser
 
 
 def _version() -> str:
@@ -458,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         version=f"hermes-state {_version()}",
         help="print the version",
     )
-    _global_options(parser, suppress=False)
+    global_options(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (db, session, handoff, watch, demo, dashboard):
         module.register(commands)
@@ -490,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_request.code or 0) if isinstance(exit_request.code, int | None) else 2
     out = Output(args.json is True, stdout, stderr)
     try:
-        _check_environment(args)
+        check_environment(args)
     except InvalidInputError as exc:
         return _failed(out, str(exc), EXIT_BAD_INPUT)
     out.typed_url = args.url

@@ -9,7 +9,7 @@ import socket
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from . import Output, Result, add_option, command, database_url, whole_number
+from .common import Output, Result, add_option, command, database_url, whole_number
 
 logger = logging.getLogger("hermes_state.dashboard")
 
@@ -82,8 +82,8 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> Result:
     import uvicorn
 
     from ..dashboard.app import ACTOR, LOOPBACK_NAMES, create_app
-    from ..facade import AsyncSessionDB
     from ..store import SessionDB
+    from ..threaded import AsyncSessionDB
 
     listener = _listen(args.host, args.port)
     store = SessionDB(url=database_url(args), actor=ACTOR)

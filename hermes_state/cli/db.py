@@ -11,10 +11,10 @@ from typing import Any, Final, TextIO
 
 from sqlalchemy.engine import URL
 
-from .. import schema
+from .. import drift, schema
 from ..engine import describe, is_sqlite, resolve_url
 from ..errors import InvalidInputError
-from . import (
+from .common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     EXIT_REFUSED,
@@ -252,25 +252,25 @@ def configure_check(actions: Any) -> None:
 
 def run_check(args: argparse.Namespace, out: Output) -> Result:
     url = database_url(args, must_exist=True)
-    found = schema.compare(url)
+    found = drift.compare(url)
     document = {
         "database": describe(url),
         "in_sync": not found.drifts,
-        "differences": [{"kind": drift.kind, "detail": drift.detail} for drift in found.drifts],
-        "adopted": [{"kind": drift.kind, "detail": drift.detail} for drift in found.adopted],
+        "differences": [{"kind": d.kind, "detail": d.detail} for d in found.drifts],
+        "adopted": [{"kind": d.kind, "detail": d.detail} for d in found.adopted],
     }
     lines: list[str | Table] = []
     if found.adopted:
         lines.append("adopted (legacy columns that predate hermes-state, kept as they were):")
-        lines += [f"  {drift}" for drift in found.adopted]
+        lines += [f"  {difference}" for difference in found.adopted]
     if not found.drifts:
         lines.append(f"{describe(url)} matches the models at {schema.HEAD_REVISION}")
         return Result(document, lines)
     lines.append(f"{describe(url)} differs from the models:")
-    lines += [f"  {drift}" for drift in found.drifts]
-    if any(drift.kind == schema.DAMAGE for drift in found.drifts):
+    lines += [f"  {difference}" for difference in found.drifts]
+    if any(difference.kind == drift.DAMAGE for difference in found.drifts):
         return Result(document, lines, code=EXIT_BAD_INPUT)
-    if any(drift.kind == "revision" for drift in found.drifts):
+    if any(difference.kind == "revision" for difference in found.drifts):
         lines.append(f"  run `{schema.upgrade_command(url)}` to bring it to head")
     return Result(document, lines, code=EXIT_REFUSED)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import HermesStateError
 from ..store import SessionDB
-from . import Output, Result, add_option, command
+from .common import Output, Result, add_option, command
 
 if TYPE_CHECKING:
     from gateway.run import GatewayRunner

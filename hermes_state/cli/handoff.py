@@ -11,9 +11,9 @@ from typing import Any, Final
 
 from ..errors import InvalidInputError
 from ..models import HandoffState
-from ..repository import STRANDED_ERROR
+from ..plans import STRANDED_ERROR
 from ..store import SessionDB
-from . import (
+from .common import (
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
     EXIT_TIMED_OUT,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..engine import is_sqlite
-from . import (
+from .common import (
     EXIT_OK,
     MAX_ROWS,
     STATE_NAMES,

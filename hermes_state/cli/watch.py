@@ -20,8 +20,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
-from ..errors import HermesStateError, InvalidInputError
-from . import (
+from ..errors import DeliveryFailed, HermesStateError, InvalidInputError
+from .common import (
     MAX_SECONDS,
     Output,
     Result,
@@ -60,10 +60,6 @@ for pgid in groups:
         pass
 """
 _PR_SET_PDEATHSIG: Final = 1
-
-
-class DeliveryFailed(HermesStateError):
-    """The delivery command exited with a non-zero status, or ran out of time."""
 
 
 def _load_prctl() -> Any:

@@ -6,15 +6,11 @@ Needs the ``dashboard`` extra (``pip install 'hermes-state[dashboard]'``); impor
 
 from __future__ import annotations
 
-from ..errors import HermesStateError
+from ..errors import MissingExtraError
 
 __all__ = ["EXTRA_HINT", "MissingExtraError", "require_extra"]
 
 EXTRA_HINT = "pip install 'hermes-state[dashboard]'"
-
-
-class MissingExtraError(HermesStateError):
-    """A library of the ``dashboard`` extra is not installed."""
 
 
 def require_extra() -> None:

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors import HermesStateError, InvalidInputError, InvalidInputTypeError
 from ..metrics import CONTENT_TYPE, render_stats
 from ..models import HandoffState
-from ..repository import STRANDED_ERROR
+from ..plans import STRANDED_ERROR
 from .feed import ChangeFeed
 
 __all__ = ["ACTOR", "LOOPBACK_NAMES", "WITHDRAWN_ERROR", "create_app", "session_path"]

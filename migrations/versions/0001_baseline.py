@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.mysql import LONGTEXT
 
-from hermes_state.migration_support import table_options
+from hermes_state.models import table_options
 
 revision: str = "0001_baseline"
 down_revision: str | None = None

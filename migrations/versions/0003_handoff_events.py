@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from hermes_state.migration_support import table_options
+from hermes_state.models import table_options
 
 revision: str = "0003_handoff_events"
 down_revision: str | None = "0002_handoff_leases"

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from hermes_state.migration_support import table_options
+from hermes_state.models import table_options
 
 revision: str = "0005_session_turn_leases"
 down_revision: str | None = "0004_upstream_columns"

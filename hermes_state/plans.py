@@ -25,6 +25,7 @@ from .errors import (
     HermesStateError,
     InvalidInputError,
     InvalidInputTypeError,
+    UnknownSessionError,
 )
 from .models import HandoffState
 from .statements import Capabilities, ReclaimScope, Transition
@@ -54,7 +55,7 @@ __all__ = [
     "Outcome",
     "Ownership",
     "Plan",
-    "Repository",
+    "PlanBook",
     "Step",
     "UnknownSessionError",
     "lease_patience",
@@ -95,10 +96,6 @@ def lease_patience(patience_s: float | None) -> Iterator[float]:
     deadline = time.monotonic() + require_seconds("patience_s", patience_s)
     while (remaining := deadline - time.monotonic()) > 0:
         yield min(LEASE_RETRY_SECONDS, remaining)
-
-
-class UnknownSessionError(HermesStateError, LookupError):
-    """The operation needs an existing session and there is none with this id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,10 +534,10 @@ def _stats(_caps: Capabilities, now: float) -> Body[Row]:
     }
 
 
-# -- the repository: every public operation as a plan -----------------------------------------
+# -- the plan book: every public operation as a plan ------------------------------------------
 
 
-class Repository:
+class PlanBook:
     """Builds the plan of every store operation, with the store's context bound.
 
     Both stores hold one and only run its plans (synchronously or awaited), so the wiring of
