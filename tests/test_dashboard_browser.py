@@ -100,7 +100,11 @@ def database(tmp_path: Path) -> Path:
 
 
 def wait_for(driver: Any, condition: Any, what: str) -> Any:
-    return WebDriverWait(driver, WAIT, poll_frequency=0.05).until(condition, message=what)
+    # A live update replaces the list's element: one found just before is stale when read, so
+    # the condition is asked again (the wait still fails if it never holds).
+    return WebDriverWait(
+        driver, WAIT, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(condition, message=what)
 
 
 def wait_live(driver: Any) -> None:
