@@ -4,6 +4,7 @@ in one direction only, and every exception the package defines lives in ``errors
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "hermes_state"
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -41,6 +43,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {module for module in imported if module in modules and module != name}
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: _imports(name, path, modules) for name, path in modules.items()}
