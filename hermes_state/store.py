@@ -15,7 +15,7 @@ from sqlalchemy.engine import URL
 
 from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
-from .errors import DatabaseUnavailableError, InvalidInputError, ReadOnlyDatabaseError
+from .errors import InvalidInputError, ReadOnlyDatabaseError, missing_database
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
 from .plans import Ownership, Plan, PlanBook, Row, lease_patience
 from .schema import ensure_current
@@ -119,9 +119,7 @@ class SessionDB(StoreSettings):
         embedded = is_sqlite(self.url)
         if read_only and embedded and not Path(str(self.url.database)).is_file():
             refuse_directory(Path(str(self.url.database)))
-            raise DatabaseUnavailableError(
-                f"there is no database at {self.where}; `hermes-state db upgrade` creates one"
-            )
+            raise missing_database(self.where)
         engine = make_engine(self.url, read_only=read_only)
         try:
             ensure_current(engine, auto_upgrade=embedded and not read_only, url=self.url)
