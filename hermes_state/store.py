@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 
@@ -21,6 +21,9 @@ from .plans import Ownership, Plan, PlanBook, Row, lease_patience
 from .schema import ensure_current
 from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
+
+if TYPE_CHECKING:
+    from .surface import Store
 
 __all__ = ["SessionDB", "StoreSettings"]
 
@@ -384,3 +387,7 @@ class SessionDB(StoreSettings):
         """Counts per state, oldest pending age, running rows per owner with their leases, and
         the failures of the last hour with their most common errors."""
         return self._run(self._plans.handoff_stats())
+
+
+if TYPE_CHECKING:
+    _surface: type[Store] = SessionDB
