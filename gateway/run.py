@@ -39,9 +39,11 @@ from typing import Any, Final
 from sqlalchemy.engine import URL
 
 from hermes_state import AsyncSessionDB, SessionDB, notify
+from hermes_state.absent import AbsentStore
 from hermes_state.engine import hermes_home
 from hermes_state.errors import HermesStateError, SideTaskFailed
 from hermes_state.plans import STRANDED_ERROR
+from hermes_state.surface import AsyncStore
 
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -146,26 +148,6 @@ def _handoff_watch_scopes(runner: Any) -> list[Scope]:
     return scopes
 
 
-class _AbsentProfileStore:
-    """The store of a profile that has no database yet: nothing to reclaim, list or claim.
-
-    Watching a profile must not create its home or its ``state.db``; the first session the
-    profile records creates them.
-    """
-
-    async def reclaim_stale_running_handoffs(self, _error: str) -> list[str]:
-        return []
-
-    async def reclaim_expired_handoffs(self, _error: str) -> list[str]:
-        return []
-
-    async def renew_handoff_leases(self, _session_ids: list[str]) -> list[str]:
-        return []
-
-    async def list_pending_handoffs(self) -> list[Row]:
-        return []
-
-
 class ProfileStores:
     """The stores of the profiles a runner serves: each opened once, all closed together.
 
@@ -188,10 +170,13 @@ class ProfileStores:
                 store = self._stores[key] = AsyncSessionDB(SessionDB(key / "state.db"))
             return store
 
-    def if_present(self, home: Path) -> Any:
-        """The profile's store, or a stand-in with nothing in it when it has no database."""
-        if not (home.expanduser() / "state.db").exists():
-            return _AbsentProfileStore()
+    def if_present(self, home: Path) -> AsyncStore:
+        """The profile's store; when it has no database yet, the store of an empty one that
+        creates nothing (watching a profile must not create its home or its ``state.db``: the
+        first session the profile records does)."""
+        path = home.expanduser() / "state.db"
+        if not path.exists():
+            return AbsentStore(path)
         return self.open(home)
 
     def has_pending(self, home: Path) -> bool:

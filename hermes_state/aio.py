@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,6 +24,9 @@ from .plans import Body, Plan, Row, lease_patience
 from .schema import bring_current, current_revision, ensure_current
 from .statements import Capabilities, ReclaimScope
 from .store import Clock, StoreSettings
+
+if TYPE_CHECKING:
+    from .surface import AsyncStore
 
 __all__ = ["NativeAsyncSessionDB"]
 
@@ -318,3 +321,7 @@ class NativeAsyncSessionDB(StoreSettings):
 
     async def handoff_stats(self) -> Row:
         return await self._run(self._plans.handoff_stats())
+
+
+if TYPE_CHECKING:
+    _surface: type[AsyncStore] = NativeAsyncSessionDB

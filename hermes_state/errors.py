@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
+import errno
 import sqlite3
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 __all__ = [
     "ConcurrentChangeError",
@@ -30,9 +33,11 @@ __all__ = [
     "UnknownSessionError",
     "corrupt_error",
     "is_retryable",
+    "missing_database",
     "raise_translated",
     "translate",
     "translated",
+    "with_code_of",
 ]
 
 
@@ -49,7 +54,22 @@ class InvalidInputTypeError(HermesStateError, TypeError):
 
 
 class DatabaseError(HermesStateError):
-    """A database operation failed for a reason not covered by a more precise subclass."""
+    """A database operation failed for a reason not covered by a more precise subclass.
+
+    ``backend`` is the database that failed ("sqlite", "postgresql" or "mysql"; None when
+    hermes-state cannot tell) and ``code`` what its driver reported, when it reported a code:
+    SQLite's extended result code name ("SQLITE_READONLY_DBMOVED"), PostgreSQL's SQLSTATE
+    ("40P01"), the MySQL/MariaDB error number (1213), or the operating system's error name when
+    the server could not be reached at all ("ECONNREFUSED"). None when there was no code (the
+    error was classified by its message) or when hermes-state raised the error itself.
+    """
+
+    def __init__(
+        self, *args: object, backend: str | None = None, code: str | int | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.backend = backend
+        self.code = code
 
 
 class DatabaseUnavailableError(DatabaseError):
@@ -117,19 +137,90 @@ class SideTaskFailed(HermesStateError, RuntimeError):
     """A watcher side task (lease keeper, LISTEN, heartbeat) kept crashing: the watcher stopped."""
 
 
-# SQLite's primary result codes (the low byte of ``sqlite3.Error.sqlite_errorcode``).
-_SQLITE_CORRUPT: Final = 11
-_SQLITE_NOTADB: Final = 26
+def _driver_error(exc: BaseException) -> BaseException:
+    """The DBAPI exception behind a SQLAlchemy wrapper, or ``exc`` itself."""
+    orig = getattr(exc, "orig", None)
+    return orig if isinstance(orig, BaseException) else exc
 
-_SQLITE_LOCKED_MARKERS: Final = (
+
+class _Kind(enum.Enum):
+    """What a driver error means for the caller, whichever backend raised it."""
+
+    CONTENTION = "contention"  # lock contention: the whole transaction may be run again
+    CORRUPT = "corrupt"
+    NOT_A_DATABASE = "not a database"
+    READ_ONLY = "read-only"
+    FULL = "full"
+    UNAVAILABLE = "unavailable"  # cannot connect, log in, or find the database
+    OTHER = "other"
+
+
+# SQLite's primary result codes (the low byte of an extended code such as
+# SQLITE_READONLY_DBMOVED): https://sqlite.org/rescode.html
+_SQLITE_KINDS: Final[Mapping[int, _Kind]] = {
+    3: _Kind.UNAVAILABLE,  # SQLITE_PERM
+    5: _Kind.CONTENTION,  # SQLITE_BUSY
+    6: _Kind.CONTENTION,  # SQLITE_LOCKED
+    8: _Kind.READ_ONLY,  # SQLITE_READONLY
+    11: _Kind.CORRUPT,  # SQLITE_CORRUPT
+    13: _Kind.FULL,  # SQLITE_FULL
+    14: _Kind.UNAVAILABLE,  # SQLITE_CANTOPEN
+    23: _Kind.UNAVAILABLE,  # SQLITE_AUTH
+    26: _Kind.NOT_A_DATABASE,  # SQLITE_NOTADB
+}
+# PostgreSQL SQLSTATEs: https://www.postgresql.org/docs/current/errcodes-appendix.html
+_PG_KINDS: Final[Mapping[str, _Kind]] = {
+    "40001": _Kind.CONTENTION,  # serialization_failure
+    "40P01": _Kind.CONTENTION,  # deadlock_detected
+    "55P03": _Kind.CONTENTION,  # lock_not_available
+    "25006": _Kind.READ_ONLY,  # read_only_sql_transaction
+    "53100": _Kind.FULL,  # disk_full
+    "53300": _Kind.UNAVAILABLE,  # too_many_connections
+    "3D000": _Kind.UNAVAILABLE,  # invalid_catalog_name: no such database
+    "57P01": _Kind.UNAVAILABLE,  # admin_shutdown (also pg_terminate_backend)
+    "57P02": _Kind.UNAVAILABLE,  # crash_shutdown
+    "57P03": _Kind.UNAVAILABLE,  # cannot_connect_now (starting up, shutting down)
+}
+_PG_CLASS_KINDS: Final[Mapping[str, _Kind]] = {
+    "08": _Kind.UNAVAILABLE,  # connection exception
+    "28": _Kind.UNAVAILABLE,  # invalid authorization specification
+}
+# MySQL/MariaDB server and client error numbers:
+# https://mariadb.com/kb/en/mariadb-error-code-reference/
+_MYSQL_KINDS: Final[Mapping[int, _Kind]] = {
+    1205: _Kind.CONTENTION,  # ER_LOCK_WAIT_TIMEOUT
+    1213: _Kind.CONTENTION,  # ER_LOCK_DEADLOCK
+    1021: _Kind.FULL,  # ER_DISK_FULL
+    1114: _Kind.FULL,  # ER_RECORD_FILE_FULL (the table is full)
+    1290: _Kind.READ_ONLY,  # ER_OPTION_PREVENTS_STATEMENT (--read-only)
+    1792: _Kind.READ_ONLY,  # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+    1836: _Kind.READ_ONLY,  # ER_READ_ONLY_MODE
+    1040: _Kind.UNAVAILABLE,  # ER_CON_COUNT_ERROR (too many connections)
+    1044: _Kind.UNAVAILABLE,  # ER_DBACCESS_DENIED_ERROR
+    1045: _Kind.UNAVAILABLE,  # ER_ACCESS_DENIED_ERROR
+    1049: _Kind.UNAVAILABLE,  # ER_BAD_DB_ERROR (unknown database)
+    1053: _Kind.UNAVAILABLE,  # ER_SERVER_SHUTDOWN
+    1129: _Kind.UNAVAILABLE,  # ER_HOST_IS_BLOCKED
+    1130: _Kind.UNAVAILABLE,  # ER_HOST_NOT_PRIVILEGED
+    1152: _Kind.UNAVAILABLE,  # ER_ABORTING_CONNECTION
+    1698: _Kind.UNAVAILABLE,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+    1927: _Kind.UNAVAILABLE,  # ER_CONNECTION_KILLED (MariaDB)
+    2002: _Kind.UNAVAILABLE,  # CR_CONNECTION_ERROR (socket)
+    2003: _Kind.UNAVAILABLE,  # CR_CONN_HOST_ERROR (TCP: refused, unreachable)
+    2005: _Kind.UNAVAILABLE,  # CR_UNKNOWN_HOST
+    2006: _Kind.UNAVAILABLE,  # CR_SERVER_GONE_ERROR
+    2013: _Kind.UNAVAILABLE,  # CR_SERVER_LOST
+    2055: _Kind.UNAVAILABLE,  # CR_SERVER_LOST_EXTENDED
+    4031: _Kind.UNAVAILABLE,  # ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+}
+
+# The fallback, for errors that carry no code (raised by the driver itself, or by a driver
+# that reports none): what their messages say.
+_CONTENTION_MARKERS: Final = (
     "database is locked",
     "database table is locked",
     "database is busy",
 )
-# PostgreSQL SQLSTATEs for deadlock and serialization failure: the whole transaction may be retried.
-_PG_RETRYABLE_SQLSTATES: Final = frozenset({"40P01", "40001", "55P03"})
-# MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout.
-_MYSQL_RETRYABLE_ERRNOS: Final = frozenset({1213, 1205})
 _UNREACHABLE_MARKERS: Final = (
     "connection refused",
     "could not connect",
@@ -148,100 +239,175 @@ _UNREACHABLE_MARKERS: Final = (
 )
 
 
-def _driver_error(exc: BaseException) -> BaseException:
-    """The DBAPI exception behind a SQLAlchemy wrapper, or ``exc`` itself."""
-    orig = getattr(exc, "orig", None)
-    return orig if isinstance(orig, BaseException) else exc
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Said:
+    """What a driver error carries besides its message: the backend, and the code with its
+    meaning when it has one (see :class:`DatabaseError`)."""
+
+    backend: str | None
+    code: str | int | None = None
+    kind: _Kind | None = None  # None: no code, the message decides
+
+    def kept(self) -> dict[str, Any]:
+        """The ``backend`` and ``code`` keywords of the package's exception."""
+        return {"backend": self.backend, "code": self.code}
+
+
+def _said(driver: BaseException) -> _Said | None:
+    """The backend and code of a driver error; None when it is not a database error."""
+    if isinstance(driver, sqlite3.Error):
+        number = getattr(driver, "sqlite_errorcode", None)
+        if not isinstance(number, int):
+            return _Said("sqlite")  # raised by the sqlite3 module itself, not by SQLite
+        name = getattr(driver, "sqlite_errorname", None)
+        kind = _SQLITE_KINDS.get(number & 0xFF, _Kind.OTHER)
+        return _Said("sqlite", name if isinstance(name, str) else number, kind)
+    module = type(driver).__module__
+    if module.startswith(("psycopg", "asyncpg", "sqlalchemy.dialects.postgresql")):
+        state = _sqlstate(driver)
+        if state is None:
+            return _Said("postgresql")  # a client-side error: no SQLSTATE
+        return _Said(
+            "postgresql", state, _PG_KINDS.get(state) or _PG_CLASS_KINDS.get(state[:2], _Kind.OTHER)
+        )
+    if module.startswith(("pymysql", "aiomysql", "sqlalchemy.dialects.mysql")):
+        args = getattr(driver, "args", ())
+        if not args or type(args[0]) is not int or args[0] <= 0:
+            return _Said("mysql")
+        return _Said("mysql", args[0], _MYSQL_KINDS.get(args[0], _Kind.OTHER))
+    if isinstance(driver, OSError) and _raised_in(driver, "asyncpg"):
+        # asyncpg lets the socket's own error through when it cannot reach the server.
+        name = errno.errorcode.get(driver.errno or 0, type(driver).__name__)
+        return _Said("postgresql", name, _Kind.UNAVAILABLE)
+    if module.startswith("sqlalchemy"):
+        return _Said(None)
+    return None
 
 
 def _sqlstate(exc: BaseException) -> str | None:
     for attribute in ("sqlstate", "pgcode"):
         value = getattr(exc, attribute, None)
-        if isinstance(value, str):
+        if isinstance(value, str) and value:
             return value
     return None
 
 
-def _sqlite_code(exc: BaseException) -> int | None:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
+def _raised_in(exc: BaseException, package: str) -> bool:
+    """Whether ``exc`` came up through the code of ``package``."""
+    frame = exc.__traceback__
+    while frame is not None:
+        name = frame.tb_frame.f_globals.get("__name__", "")
+        if name == package or name.startswith(f"{package}."):
+            return True
+        frame = frame.tb_next
+    return False
 
 
-def corrupt_error(where: str, damage: str) -> DatabaseCorruptError:
+def _kind_from_message(lowered: str) -> _Kind:
+    if "database disk image is malformed" in lowered:
+        return _Kind.CORRUPT
+    if "file is not a database" in lowered or "file is encrypted" in lowered:
+        return _Kind.NOT_A_DATABASE
+    if "readonly database" in lowered or "read-only" in lowered or "read only" in lowered:
+        return _Kind.READ_ONLY
+    if "disk is full" in lowered or "disk full" in lowered:
+        return _Kind.FULL
+    if any(marker in lowered for marker in _UNREACHABLE_MARKERS):
+        return _Kind.UNAVAILABLE
+    return _Kind.OTHER
+
+
+def corrupt_error(
+    where: str, damage: str, *, code: str | int | None = None
+) -> DatabaseCorruptError:
     """The one message for a damaged SQLite file: what SQLite said, and how to recover."""
     return DatabaseCorruptError(
         f"{where} is damaged ({damage}); nothing more was written to it. Recover what it holds "
-        f"with `sqlite3 '{where}' \".recover\" | sqlite3 recovered.db` and use the recovered file"
+        f"with `sqlite3 '{where}' \".recover\" | sqlite3 recovered.db` and use the recovered file",
+        backend="sqlite",
+        code=code,
     )
 
 
-def _mysql_errno(exc: BaseException) -> int | None:
-    args = getattr(exc, "args", ())
-    if args and isinstance(args[0], int):
-        return args[0]
-    return None
+def missing_database(where: str) -> DatabaseUnavailableError:
+    """The one message for a database file that does not exist where one must."""
+    return DatabaseUnavailableError(
+        f"there is no database at {where}; `hermes-state db upgrade` creates one",
+        backend="sqlite",
+    )
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """True for lock contention: the whole transaction can safely be run again."""
+    """True for lock contention: the whole transaction can safely be run again.
+
+    The driver's code decides (SQLITE_BUSY/LOCKED, SQLSTATE 40001/40P01/55P03, MySQL 1205/1213);
+    an error without a code is judged by its message.
+    """
     driver = _driver_error(exc)
     if isinstance(driver, ConcurrentChangeError):
         return True
     if isinstance(driver, DatabaseBusyError):
         return False
+    said = _said(driver)
+    if said is not None and said.kind is not None:
+        return said.kind is _Kind.CONTENTION
     message = str(driver).lower()
-    if any(marker in message for marker in _SQLITE_LOCKED_MARKERS):
-        return True
-    if _sqlstate(driver) in _PG_RETRYABLE_SQLSTATES:
-        return True
-    return _mysql_errno(driver) in _MYSQL_RETRYABLE_ERRNOS
+    return any(marker in message for marker in _CONTENTION_MARKERS)
 
 
 def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
     """Map a driver or SQLAlchemy error to the package's hierarchy; None when it is not one.
 
     ``where`` names the database (URL with the password masked, or the file path) so that the
-    message says which database failed and what to do about it.
+    message says which database failed and what to do about it. The class comes from the
+    driver's code when it gives one, else from the message; the backend and the code are kept
+    on the result (:class:`DatabaseError`).
     """
     if isinstance(exc, HermesStateError):
         return exc
     driver = _driver_error(exc)
-    if not _looks_like_database_error(exc, driver):
+    said = _said(driver)
+    if said is None and driver is not exc:
+        said = _said(exc)
+    if said is None:
         return None
     message = str(driver).strip()
-    lowered = message.lower()
-    code = _sqlite_code(driver)
-    if code == _SQLITE_CORRUPT or "database disk image is malformed" in lowered:
-        return corrupt_error(where, message)
-    not_a_database = "file is not a database" in lowered or "file is encrypted" in lowered
-    if code == _SQLITE_NOTADB or not_a_database:
+    kind = said.kind or _kind_from_message(message.lower())
+    kept = said.kept()
+    if kind is _Kind.CORRUPT:
+        return corrupt_error(where, message, code=said.code)
+    if kind is _Kind.NOT_A_DATABASE:
         return NotADatabaseError(
             f"{where} is not an SQLite database; it was not modified. "
-            "Point hermes-state at another file with --url or HERMES_STATE_URL."
+            "Point hermes-state at another file with --url or HERMES_STATE_URL.",
+            **kept,
         )
-    if "readonly database" in lowered or "read-only" in lowered or "read only" in lowered:
+    if kind is _Kind.READ_ONLY:
         return ReadOnlyDatabaseError(
-            f"{where} is read-only ({message}); check the permissions of the file and its folder."
+            f"{where} is read-only ({message}); check the permissions of the file and its folder.",
+            **kept,
         )
-    if "disk is full" in lowered or "disk full" in lowered or _mysql_errno(driver) == 1114:
-        return DiskFullError(f"{where} is full ({message}); free space and try again.")
-    if any(marker in lowered for marker in _UNREACHABLE_MARKERS):
+    if kind is _Kind.FULL:
+        return DiskFullError(f"{where} is full ({message}); free space and try again.", **kept)
+    if kind is _Kind.UNAVAILABLE:
         hint = (
             "Check the URL and that the server is running and accepts this user."
             if "://" in where
             else "Check the path and the permissions of the file and its folder."
         )
-        return DatabaseUnavailableError(f"cannot open {where}: {message.rstrip('.')}. {hint}")
-    return DatabaseError(f"database error on {where}: {message}")
+        return DatabaseUnavailableError(
+            f"cannot open {where}: {message.rstrip('.')}. {hint}", **kept
+        )
+    return DatabaseError(f"database error on {where}: {message}", **kept)
 
 
-def _looks_like_database_error(exc: BaseException, driver: BaseException) -> bool:
-    if isinstance(driver, sqlite3.Error):
-        return True
-    module = type(exc).__module__ + " " + type(driver).__module__
-    return any(
-        name in module for name in ("sqlalchemy", "psycopg", "asyncpg", "pymysql", "aiomysql")
-    )
+def with_code_of(error: DatabaseError, exc: BaseException) -> DatabaseError:
+    """``error`` (raised by hermes-state because of ``exc``) with the backend and code of
+    ``exc`` when it has none of its own: a store that gave up on lock contention says which."""
+    said = _said(_driver_error(exc))
+    if error.code is None and said is not None:
+        error.backend, error.code = said.backend, said.code
+    return error
 
 
 def raise_translated(exc: BaseException, where: str) -> None:

@@ -31,7 +31,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
 from .engine import READ_ONLY, Patience
-from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated
+from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated, with_code_of
 from .plans import Body, Outcome, Plan, Step
 from .statements import Capabilities
 
@@ -121,7 +121,7 @@ def next_retry_delay(exc: Exception, delays: Iterator[float], where: str) -> flo
     try:
         delay = next(delays)
     except DatabaseBusyError as busy:
-        raise busy from exc
+        raise with_code_of(busy, exc) from exc
     retry_logger.debug("running a transaction on %s again: %s", where, _first_line(exc))
     return delay
 

@@ -9,18 +9,21 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 
 from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
-from .errors import DatabaseUnavailableError, InvalidInputError, ReadOnlyDatabaseError
+from .errors import InvalidInputError, ReadOnlyDatabaseError, missing_database
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
 from .plans import Ownership, Plan, PlanBook, Row, lease_patience
 from .schema import ensure_current
 from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
+
+if TYPE_CHECKING:
+    from .surface import Store
 
 __all__ = ["SessionDB", "StoreSettings"]
 
@@ -119,9 +122,7 @@ class SessionDB(StoreSettings):
         embedded = is_sqlite(self.url)
         if read_only and embedded and not Path(str(self.url.database)).is_file():
             refuse_directory(Path(str(self.url.database)))
-            raise DatabaseUnavailableError(
-                f"there is no database at {self.where}; `hermes-state db upgrade` creates one"
-            )
+            raise missing_database(self.where)
         engine = make_engine(self.url, read_only=read_only)
         try:
             ensure_current(engine, auto_upgrade=embedded and not read_only, url=self.url)
@@ -386,3 +387,7 @@ class SessionDB(StoreSettings):
         """Counts per state, oldest pending age, running rows per owner with their leases, and
         the failures of the last hour with their most common errors."""
         return self._run(self._plans.handoff_stats())
+
+
+if TYPE_CHECKING:
+    _surface: type[Store] = SessionDB

@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .surface import AsyncStore
 
 __all__ = ["AsyncSessionDB"]
 
@@ -48,7 +52,16 @@ class AsyncSessionDB:
     async def __aenter__(self) -> AsyncSessionDB:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         close: Callable[[], Coroutine[Any, Any, Any]] | None = getattr(self, "close", None)
         if close is not None:
             await close()
+
+
+if TYPE_CHECKING:
+    _surface: type[AsyncStore] = AsyncSessionDB

@@ -14,7 +14,7 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -32,6 +32,9 @@ from ..metrics import CONTENT_TYPE, render_stats
 from ..models import HandoffState
 from ..plans import STRANDED_ERROR
 from .feed import ChangeFeed
+
+if TYPE_CHECKING:
+    from ..surface import AsyncStore
 
 __all__ = ["ACTOR", "LOOPBACK_NAMES", "WITHDRAWN_ERROR", "create_app", "session_path"]
 
@@ -78,7 +81,7 @@ class Dashboard:
     """The state behind the app: the store, the change feed, the token and the templates."""
 
     def __init__(
-        self, store: Any, *, token: str | None, where: str, feed_interval: float = 0.5
+        self, store: AsyncStore, *, token: str | None, where: str, feed_interval: float = 0.5
     ) -> None:
         self.store = store
         self.token = token or None
@@ -209,7 +212,7 @@ def _json(document: Any, status_code: int = 200) -> Response:
 
 
 def create_app(
-    store: Any,
+    store: AsyncStore,
     *,
     token: str | None = None,
     where: str = "",

@@ -16,10 +16,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import notify
 from ..engine import is_sqlite
+
+if TYPE_CHECKING:
+    from ..surface import AsyncStore
 
 __all__ = ["ChangeFeed", "Subscription"]
 
@@ -70,7 +73,7 @@ class Subscription:
 class ChangeFeed:
     """Follows the audit trail of ``store`` (an awaitable store) and fans events out."""
 
-    def __init__(self, store: Any, *, interval: float = 0.5) -> None:
+    def __init__(self, store: AsyncStore, *, interval: float = 0.5) -> None:
         self.store = store
         self.interval = interval
         self._subscriptions: set[Subscription] = set()
