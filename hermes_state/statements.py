@@ -263,7 +263,7 @@ def get_messages() -> Select[Any]:
 
 
 @functools.cache
-def count_messages() -> Select[tuple[int]]:
+def count_messages() -> Select[Any]:
     """How many messages :func:`get_messages` returns for ``:session_id``, counted in the
     database (the index on ``session_id, id`` covers the lookup)."""
     m = messages.c

@@ -27,6 +27,7 @@ from hermes_state import SessionDB
 from hermes_state.cli import build_parser
 from hermes_state.cli.handoff import WITHDRAWN_ERROR
 from hermes_state.engine import resolve_url
+from hermes_state.models import sessions as sessions_table
 from tests.conftest import require_server, throwaway_database, url_arg
 from tests.digest import database_digest
 from tests.processes import CONSOLE, DEADLINE, console, wait_until
@@ -210,6 +211,65 @@ def test_tables_have_a_header_row(path: Path, db: SessionDB) -> None:
         result = run(*argv, "--url", str(path))
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines()[0].split() == header
+
+
+def many_handoffs(db: SessionDB, count: int) -> None:
+    """``count`` pending rows with long ids: a listing far larger than a pipe's buffer."""
+    rows = [
+        {"id": f"{index:06}-{'x' * 90}", "source": "cli", "started_at": float(index)}
+        for index in range(count)
+    ]
+    statement = sessions_table.insert().values(handoff_state="pending", handoff_platform="telegram")
+    db._execute_write(lambda connection: connection.execute(statement, rows))
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(path: Path, db: SessionDB) -> None:
+    many_handoffs(db, 3000)  # ~300 KB of table: the command is still writing when head is gone
+    piped = subprocess.run(
+        [
+            "bash",
+            "-o",
+            "pipefail",
+            "-c",
+            '"$0" handoff list --limit 0 --url "$1" | head -1',
+            CONSOLE,
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert piped.stdout.split() == ["SESSION", "STATE", "PLATFORM", "OWNER", "ERROR"]
+    assert piped.stderr == ""
+    assert piped.returncode == 141  # what the shell says of `seq 1000000 | head -1` too
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("db", "history"), ("handoff", "list", "--json"), ("handoff", "show", "x"), ("--help",)],
+    ids=" ".join,
+)
+def test_output_into_a_closed_pipe_is_quiet(
+    path: Path, db: SessionDB, argv: tuple[str, ...]
+) -> None:
+    put(db, "x", "pending")
+    reading, writing = os.pipe()
+    os.close(reading)  # the reader is gone before the first byte
+    try:
+        ended = subprocess.run(
+            [CONSOLE, *argv, "--url", str(path)] if argv != ("--help",) else [CONSOLE, *argv],
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=DEADLINE,
+            check=False,
+        )
+    finally:
+        os.close(writing)
+    assert ended.stderr == ""
+    # argparse's own --help swallows the error and exits 0; every command says 141.
+    assert ended.returncode == (0 if argv == ("--help",) else 141)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE_CLOSED",
     "EXIT_REFUSED",
     "EXIT_TIMED_OUT",
     "MAX_ROWS",
@@ -61,6 +63,8 @@ EXIT_REFUSED: Final = 1
 EXIT_BAD_INPUT: Final = 2
 EXIT_TIMED_OUT: Final = 3
 EXIT_INTERRUPTED: Final = 130
+#: The reader of stdout went away (``| head``): 128 + SIGPIPE, as a shell reports ``seq``'s end.
+EXIT_PIPE_CLOSED: Final = 128 + signal.SIGPIPE
 DEBUG_ENV: Final = "HERMES_STATE_DEBUG"
 #: Who the audit trail names for changes made from the command line.
 CLI_ACTOR: Final = "cli"
