@@ -64,6 +64,15 @@ def configure_upgrade(actions: Any) -> None:
         flag=True,
         help="add hermes tables to another application's SQLite file, on purpose",
     )
+    add_option(
+        parser,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="say what the upgrade would do: from and to which revision, each migration and "
+        "what it would add, whether the file would be created or adopted; change nothing "
+        "(--sql, when given, wins: it does not even connect)",
+    )
     _add_sql_option(parser, "REVISION or FROM:TO; from base when FROM is not given")
 
 
@@ -97,9 +106,63 @@ def run_upgrade(args: argparse.Namespace, out: Output) -> Result:
     if args.sql:
         return _offline_sql(args, "upgrade")
     url = database_url(args)
+    if args.dry_run:
+        return _upgrade_rehearsed(url, args)
     before = schema.revision_of(url, allow_foreign=args.adopt_foreign)
     schema.upgrade(url, args.revision, adopt_foreign=args.adopt_foreign)
-    return _migrated(url, "upgrade", before, {})
+    return _migrated(url, "upgrade", before, {"dry_run": False})
+
+
+def _upgrade_rehearsed(url: URL, args: argparse.Namespace) -> Result:
+    from ..upgrade_plan import Start, plan_upgrade
+
+    plan = plan_upgrade(url, args.revision, adopt_foreign=args.adopt_foreign)
+    where, count = plan.database, len(plan.steps)
+    was, now = plan.before or schema.NO_REVISION, plan.after or schema.NO_REVISION
+    head = " (head)" if plan.after == schema.HEAD_REVISION else ""
+    span = f"from {was} to {now}{head}, in {count} migration{'s' if count != 1 else ''}"
+    document = {
+        "database": where,
+        "direction": "upgrade",
+        "dry_run": True,
+        "start": plan.start.value,
+        "from": plan.before,
+        "to": plan.after,
+        "migrations": [
+            {
+                "revision": step.revision,
+                "message": step.message,
+                "changes": [
+                    {
+                        "action": change.action,
+                        "table": change.table,
+                        "name": change.name,
+                        "columns": list(change.columns),
+                    }
+                    for change in step.changes
+                ],
+            }
+            for step in plan.steps
+        ],
+    }
+    if not plan.steps:
+        return Result(
+            document, [f"dry run: {where} is already at {now}{head}; nothing would change"]
+        )
+    opening = {
+        Start.CREATE: f"would create {where} and migrate it {span}:",
+        Start.NEW: f"would create the tables in the empty database {where}, {span}:",
+        Start.ADOPT: f"would adopt {where} in place (a hermes state database without a "
+        f"revision: every table, column and row is kept), {span}, adding only:",
+        Start.ADOPT_FOREIGN: f"would add hermes tables to {where}, another application's "
+        f"database (--adopt-foreign), {span}, adding only:",
+        Start.MIGRATE: f"would migrate {where} {span}:",
+    }[plan.start]
+    lines: list[str | Table] = [f"dry run: {opening}"]
+    for step in plan.steps:
+        lines.append(f"  {step.revision}  {step.message}")
+        lines += [f"    {change}" for change in step.changes] or ["    (no change)"]
+    return Result(document, lines)
 
 
 def configure_downgrade(actions: Any) -> None:
