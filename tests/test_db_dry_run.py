@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +23,15 @@ from sqlalchemy.engine import URL
 
 from hermes_state import schema
 from hermes_state.engine import make_engine, resolve_url
+from hermes_state.errors import CopyConflictError, CopyRefusedError, SchemaOutOfDateError
+from hermes_state.models import sessions
+from hermes_state.promotion import CopyPlan, Fill, copy_database, plan_copy
 from hermes_state.upgrade_plan import Layout, Start, differences, layout_of, plan_upgrade
-from tests.conftest import BACKENDS, sqlite_url, throwaway_database, url_arg
+from tests.conftest import BACKENDS, database_at_head, sqlite_url, throwaway_database, url_arg
 from tests.digest import database_digest
 from tests.processes import console
 from tests.test_cli_db import HEAD, REVISIONS
+from tests.test_promotion import execute, hand_made_legacy, populate
 from tests.vintages import copy_real_schema11
 
 # -- databases to start from -------------------------------------------------------------------
@@ -183,8 +188,6 @@ def test_upgrade_prediction_on_an_empty_file(tmp_path: Path) -> None:
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> Any:
-    import os
-
     result = console(*argv, env=None if env is None else {**os.environ, **env})
     assert "Traceback" not in result.stderr, result.stderr
     return result
@@ -262,3 +265,160 @@ def test_upgrade_dry_run_on_a_server_writes_nothing(backend: str) -> None:
         assert "would adopt" in text
         assert database_digest(url) == before
         assert schema.revision_of(url) is None
+
+
+# -- the copy's pre-flight is what the copy then does --------------------------------------------
+
+
+def assert_the_copy_plan_holds(source: URL, target: URL, **options: Any) -> CopyPlan:
+    """Plan (nothing may change), then copy for real and compare the plan with the report."""
+    before = (digest_of(source), digest_of(target))
+    plan = plan_copy(source, target, **options)
+    assert (digest_of(source), digest_of(target)) == before
+    if plan.refusal is not None:
+        with pytest.raises((CopyRefusedError, CopyConflictError)):
+            copy_database(source, target, **options)
+        return plan
+    report = copy_database(source, target, **options)
+    force = bool(options.get("force"))
+    assert [
+        (t.table, t.source_rows, t.new, t.identical, t.differing if force else 0)
+        for t in plan.tables
+    ] == [(t.table, t.source_rows, t.copied, t.identical, t.overwritten) for t in report.tables]
+    assert [(t.created, t.added_columns) for t in plan.tables] == [
+        (t.created, t.added_columns) for t in report.tables
+    ]
+    assert [s.table for s in plan.skipped] == [s.table for s in report.skipped]
+    return plan
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> URL:
+    folder = tmp_path / "source"
+    folder.mkdir()
+    url = sqlite_url(folder)
+    populate(url)
+    return url
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_copy_plan_is_what_the_copy_does(source: URL, backend: str, tmp_path: Path) -> None:
+    with database_at_head(backend, tmp_path / "target") as target:
+        first = assert_the_copy_plan_holds(source, target)
+        assert first.refusal is None
+        assert {t.table: t.new for t in first.tables}["sessions"] == 11
+        again = assert_the_copy_plan_holds(source, target)
+        assert all(t.new == 0 and t.identical == t.source_rows for t in again.tables)
+        # The target drifts and the source grows: a conflict, overwritten only with force.
+        execute(
+            target,
+            sessions.update().where(sessions.c.id == "never").values(title="edited on the target"),
+        )
+        populate(source, prefix="later-")
+        refused = assert_the_copy_plan_holds(source, target)
+        assert refused.conflicts == ["sessions 'never'"]
+        assert refused.refusal is not None
+        assert "nothing would be copied" in refused.refusal
+        forced = assert_the_copy_plan_holds(source, target, force=True)
+        assert forced.refusal is None
+        assert {t.table: t.differing for t in forced.tables}["sessions"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_copy_plan_names_refusals_and_fills(backend: str, tmp_path: Path) -> None:
+    source = hand_made_legacy(tmp_path / "legacy")
+    with database_at_head(backend, tmp_path / "target") as target:
+        refused = assert_the_copy_plan_holds(source, target)
+        assert refused.problems == [
+            "sessions.source: 2 row(s) are NULL and the target column is NOT NULL; supply a "
+            "value with --fill sessions.source=VALUE"
+        ]
+        fill = Fill.parse("sessions.source=unknown")
+        filled = assert_the_copy_plan_holds(source, target, fills=[fill])
+        assert filled.refusal is None
+        assert [(f.fill, f.nulls) for f in filled.fills] == [(fill, 2)]
+
+
+def test_copy_plan_of_the_upstream_file_to_a_new_file(tmp_path: Path) -> None:
+    source = resolve_url(copy_real_schema11(tmp_path / "upstream" / "state.db"))
+    target = resolve_url(tmp_path / "new" / "state.db")
+    plan = plan_copy(source, target)
+    assert plan.source.upgraded_first
+    assert plan.source.revision is None
+    assert "would first adopt it in place" in str(plan.source)
+    assert not plan.target.exists
+    assert not (tmp_path / "new").exists()
+    assert schema.revision_of(source) is None  # not adopted by the dry run
+    assert {t.table: t.new for t in plan.tables}["messages"] > 0
+    report = copy_database(source, target)
+    assert [(t.table, t.new) for t in plan.tables] == [(t.table, t.copied) for t in report.tables]
+
+
+def test_copy_plan_refuses_a_server_target_behind_head(source: URL) -> None:
+    with throwaway_database("postgresql") as target:
+        schema.upgrade(target, REVISIONS[1])
+        with pytest.raises(SchemaOutOfDateError, match="db upgrade"):
+            plan_copy(source, target)
+        assert schema.revision_of(target) == REVISIONS[1]
+
+
+def test_copy_dry_run_on_the_command_line(source: URL, tmp_path: Path) -> None:
+    target = tmp_path / "new" / "state.db"
+    said = run("db", "copy", "--dry-run", "--url", str(source.database), "--to", str(target))
+    assert said.returncode == 0, said.stderr
+    lines = said.stdout.splitlines()
+    assert lines[0] == f"dry run: would copy {source.database} -> {target}"
+    assert lines[1] == f"source: {source.database} is at {HEAD} (head)"
+    assert lines[2] == f"target: {target} does not exist: the copy would create it at {HEAD}"
+    assert lines[3].split() == [
+        "TABLE", "SOURCE", "ROWS", "NEW", "ALREADY", "THERE", "DIFFERENT", "TARGET", "ROWS",
+        "SCHEMA", "CHANGE",
+    ]  # fmt: skip
+    assert lines[4].split()[:3] == ["sessions", "11", "11"]
+    assert not target.parent.exists()
+    document = json.loads(
+        run(
+            "db", "copy", "--dry-run", "--json", "--url", str(source.database), "--to", str(target)
+        ).stdout
+    )
+    assert document["dry_run"] is True
+    assert document["would_copy"] is True
+    assert document["target"]["exists"] is False
+    assert document["tables"][0] == {
+        "table": "sessions",
+        "source_rows": 11,
+        "new": 11,
+        "identical": 0,
+        "differing": 0,
+        "target_rows": 0,
+        "created": False,
+        "added_columns": [],
+    }
+    legacy = hand_made_legacy(tmp_path / "legacy")
+    refused = run("db", "copy", "--dry-run", "--url", str(legacy.database), "--to", str(target))
+    assert refused.returncode == 1
+    assert "refused: sessions.source: 2 row(s) are NULL" in refused.stdout
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("hermes-state: the copy would be refused: the target cannot take")
+    filled = run(
+        "db", "copy", "--dry-run", "--fill", "sessions.source=x",
+        "--url", str(legacy.database), "--to", str(target),
+    )  # fmt: skip
+    assert filled.returncode == 0, filled.stderr
+    assert "--fill sessions.source=x would fill 2 NULL(s)" in filled.stdout
+    assert not target.parent.exists()
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "sqlite"])
+def test_copy_dry_run_to_a_server_on_the_command_line(
+    source: URL, backend: str, tmp_path: Path
+) -> None:
+    with database_at_head(backend, tmp_path / "target") as target:
+        before = database_digest(target)
+        argv = ("db", "copy", "--dry-run", "--url", str(source.database), "--to", url_arg(target))
+        said = run(*argv)
+        assert said.returncode == 0, said.stderr
+        assert f"target: {target.render_as_string(hide_password=True)} is at {HEAD}" in said.stdout
+        document = json.loads(run(*argv, "--json").stdout)
+        assert {t["table"]: t["new"] for t in document["tables"]}["messages"] == 24
+        assert database_digest(target) == before

@@ -379,6 +379,15 @@ def configure_copy(actions: Any) -> None:
         metavar="N",
         help="rows per batch (1 up to 100000; default 2000)",
     )
+    add_option(
+        parser,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="run the pre-flight only: per table the rows that would be copied, those already "
+        "there and those that differ, what is left behind and why, the --fill counts, what "
+        "would refuse the copy, and each database's state; change nothing",
+    )
 
 
 def run_copy(args: argparse.Namespace, out: Output) -> Result:
@@ -388,6 +397,8 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
         raise InvalidInputError("db copy needs --to URL (or HERMES_STATE_COPY_TO)")
     fills = [Fill.parse(given) for given in repeated(args, "fill")]
     source = database_url(args, must_exist=True)
+    if args.dry_run:
+        return _copy_rehearsed(source, resolve_url(args.to), fills, args)
     report = copy_database(
         source,
         resolve_url(args.to),
@@ -399,6 +410,7 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
     document = {
         "source": report.source,
         "target": report.target,
+        "dry_run": False,
         "tables": [
             {
                 "table": table.table,
@@ -446,12 +458,110 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
     return Result(document, lines, EXIT_OK)
 
 
-def _shape(created: bool, added_columns: list[str]) -> str | None:
+def _copy_rehearsed(source: URL, target: URL, fills: list[Any], args: argparse.Namespace) -> Result:
+    from ..promotion import SideState, plan_copy
+
+    plan = plan_copy(source, target, force=args.force, batch_size=args.batch_size, fills=fills)
+
+    def side(state: SideState) -> dict[str, Any]:
+        return {
+            "database": state.database,
+            "revision": state.revision,
+            "exists": state.exists,
+            "upgraded_first": state.upgraded_first,
+            "state": str(state),
+        }
+
+    refusal = plan.refusal
+    document = {
+        "source": side(plan.source),
+        "target": side(plan.target),
+        "dry_run": True,
+        "force": plan.force,
+        "would_copy": refusal is None,
+        "refusal": refusal,
+        "tables": [
+            {
+                "table": t.table,
+                "source_rows": t.source_rows,
+                "new": t.new,
+                "identical": t.identical,
+                "differing": t.differing,
+                "target_rows": t.target_rows,
+                "created": t.created,
+                "added_columns": t.added_columns,
+            }
+            for t in plan.tables
+        ],
+        "skipped": [{"table": skip.table, "reason": skip.reason} for skip in plan.skipped],
+        "fills": [
+            {
+                "table": f.fill.table,
+                "column": f.fill.column,
+                "value": f.fill.value,
+                "nulls": f.nulls,
+            }
+            for f in plan.fills
+        ],
+        "problems": plan.problems,
+        "conflicts": plan.conflicts,
+    }
+    pair = f"{plan.source.database} -> {plan.target.database}"
+    verdict = f"would copy {pair}" if refusal is None else f"would refuse to copy {pair}"
+    lines: list[str | Table] = [
+        f"dry run: {verdict}",
+        f"source: {plan.source}",
+        f"target: {plan.target}",
+        Table(
+            [
+                "TABLE",
+                "SOURCE ROWS",
+                "NEW",
+                "ALREADY THERE",
+                "DIFFERENT",
+                "TARGET ROWS",
+                "SCHEMA CHANGE",
+            ],
+            [
+                (
+                    t.table,
+                    t.source_rows,
+                    t.new,
+                    t.identical,
+                    t.differing,
+                    t.target_rows,
+                    _shape(t.created, t.added_columns, planned=True),
+                )
+                for t in plan.tables
+            ],
+        ),
+    ]
+    differing = sum(t.differing for t in plan.tables)
+    if differing:
+        lines.append(
+            f"{differing} row(s) differ from the target's: "
+            + (
+                "--force would overwrite them"
+                if plan.force
+                else "they refuse the copy without --force"
+            )
+        )
+    lines += [f"--fill {f.fill} would fill {f.nulls} NULL(s)" for f in plan.fills]
+    lines += [f"refused: {problem}" for problem in plan.problems]
+    if plan.skipped:
+        lines.append("not copied (derived or bookkeeping):")
+        lines.append(Table(["TABLE", "REASON"], [(s.table, s.reason) for s in plan.skipped]))
+    if refusal is not None:
+        return Result(document, lines, EXIT_REFUSED, error=f"the copy would be refused: {refusal}")
+    return Result(document, lines)
+
+
+def _shape(created: bool, added_columns: list[str], *, planned: bool = False) -> str | None:
     """What the copy changed in a target table's shape, for the summary's last column."""
     if created:
-        return "table created"
+        return "table to create" if planned else "table created"
     if added_columns:
-        return f"columns added: {', '.join(added_columns)}"
+        return f"columns {'to add' if planned else 'added'}: {', '.join(added_columns)}"
     return None
 
 
