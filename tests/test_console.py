@@ -272,6 +272,28 @@ def test_output_into_a_closed_pipe_is_quiet(
     assert ended.returncode == (0 if argv == ("--help",) else 141)
 
 
+def test_a_demo_cut_short_leaves_no_temporary_database(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    reading, writing = os.pipe()
+    os.close(reading)  # `hermes-state demo | true`: the first line already finds no reader
+    try:
+        ended = subprocess.run(
+            [CONSOLE, "demo"],
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TMPDIR": str(scratch)},
+            timeout=DEADLINE,
+            check=False,
+        )
+    finally:
+        os.close(writing)
+    assert ended.returncode == 141
+    assert ended.stderr == ""
+    assert list(scratch.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("value", "as_json"),
     [
