@@ -596,8 +596,8 @@ def copy_database(
     source, target = make_engine(source_url), make_engine(target_url)
     where = f"the copy from {describe(source_url)} to {describe(target_url)}"
     try:
-        for engine in (source, target):
-            ensure_current(engine, auto_upgrade=is_sqlite(engine.url))
+        for engine, given in ((source, source_url), (target, target_url)):
+            ensure_current(engine, auto_upgrade=is_sqlite(engine.url), url=given)
         with translated(where), source.connect() as reading, target.connect() as writing:
             reading.execution_options(**{READ_ONLY: True})
             plan, skipped = _plan(reading)
@@ -821,7 +821,7 @@ def _at_head(url: URL) -> Iterator[tuple[URL, SideState]]:
     if not is_sqlite(url):
         engine = make_engine(url)
         try:
-            ensure_current(engine, auto_upgrade=False)
+            ensure_current(engine, auto_upgrade=False, url=url)
         finally:
             engine.dispose()
         yield url, SideState(where, HEAD_REVISION, exists=True, upgraded_first=False)

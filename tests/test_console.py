@@ -410,6 +410,27 @@ def test_an_unreachable_server_is_one_line_with_the_url_as_typed() -> None:
     assert "Check the URL" in lines[0]
 
 
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["copy", "copy --dry-run"])
+def test_copy_errors_quote_the_target_as_typed(
+    path: Path, db: SessionDB, dry_run: tuple[str, ...]
+) -> None:
+    typed = "postgres://hermes:s3cret@127.0.0.1:1/hermes"
+    unreachable = run("db", "copy", *dry_run, "--url", str(path), "--to", typed)
+    assert unreachable.returncode == 1
+    (line,) = unreachable.stderr.splitlines()
+    assert "cannot open postgres://hermes:***@127.0.0.1:1/hermes" in line
+    assert "+psycopg" not in line
+    require_server("mysql")
+    with throwaway_database("mysql") as url:
+        behind = url_arg(url)
+        assert behind.startswith("mysql://")
+        refused = run("db", "copy", *dry_run, "--url", str(path), "--to", behind)
+        assert refused.returncode == 1
+        (line,) = refused.stderr.splitlines()
+        assert f"run `hermes-state --url '{behind}' db upgrade`" in line
+        assert "+pymysql" not in line
+
+
 def test_postgres_scheme_is_postgresql() -> None:
     require_server("postgresql")
     with throwaway_database("postgresql") as url:

@@ -147,7 +147,8 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
         check_environment(args)
     except InvalidInputError as exc:
         return _failed(out, str(exc), EXIT_BAD_INPUT)
-    out.typed_url = args.url
+    if args.url:
+        out.typed_urls.append(args.url)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

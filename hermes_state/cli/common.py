@@ -118,7 +118,8 @@ class Output:
         self.stdout = stdout
         self.stderr = stderr
         self._progress_shown = False
-        self.typed_url: str | None = None
+        #: The database URLs as the user typed them (--url, db copy's --to), for errors to quote.
+        self.typed_urls: list[str] = []
 
     @property
     def live(self) -> bool:
@@ -146,14 +147,16 @@ class Output:
         print(f"hermes-state: {self.one_line(text)}", file=self.stderr)
 
     def one_line(self, text: str) -> str:
-        """Driver messages span lines; an error is one line, naming the URL as it was typed."""
+        """Driver messages span lines; an error is one line, naming URLs as they were typed."""
         flat = re.sub(r"\s+", " ", text).replace("?.", "?").strip()
-        if self.typed_url and "://" in self.typed_url:
+        for typed_url in self.typed_urls:
+            if "://" not in typed_url:
+                continue
             try:
-                shown = describe(resolve_url(self.typed_url))
+                shown = describe(resolve_url(typed_url))
             except HermesStateError:
-                return flat
-            typed = _mask_password(self.typed_url)
+                continue
+            typed = _mask_password(typed_url)
             backend, _, rest = shown.partition("://")
             for driver in ("psycopg", "asyncpg", "pymysql", "aiomysql", "pysqlite", "aiosqlite"):
                 flat = flat.replace(f"{backend.split('+')[0]}+{driver}://{rest}", typed)

@@ -395,6 +395,7 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
 
     if not args.to or not args.to.strip():
         raise InvalidInputError("db copy needs --to URL (or HERMES_STATE_COPY_TO)")
+    out.typed_urls.append(args.to)
     fills = [Fill.parse(given) for given in repeated(args, "fill")]
     source = database_url(args, must_exist=True)
     if args.dry_run:
