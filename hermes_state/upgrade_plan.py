@@ -183,22 +183,37 @@ def _original(url: URL) -> _Original:
         engine.dispose()
 
 
+def _first_of_each(names: Sequence[str]) -> list[str]:
+    """``names`` without those SQLite would take for an earlier one (it ignores case)."""
+    seen: set[str] = set()
+    kept = []
+    for name in names:
+        if name.lower() not in seen:
+            seen.add(name.lower())
+            kept.append(name)
+    return kept
+
+
 def _build_shadow(connection: Connection, original: _Original) -> None:
     quote = connection.dialect.identifier_preparer.quote
-    # sessions and messages first: on MySQL index names are per table, in SQLite global, and
-    # theirs are the ones the migrations look at.
+    # sessions and messages first: index names are per table on MySQL, per database in SQLite
+    # (and SQLite ignores case where servers may not), and theirs are what the migrations read.
     ordered = sorted(original.layout, key=lambda name: name not in ("sessions", "messages"))
-    taken: set[str] = set()
-    for name in ordered:
+    taken: list[str] = []
+    for name in _first_of_each(ordered):
         shape = original.layout[name]
-        listed = ", ".join(quote(c) for c in shape.columns)
-        connection.exec_driver_sql(f"CREATE TABLE {quote(name)} ({listed})")
+        columns = _first_of_each(shape.columns)
+        connection.exec_driver_sql(
+            f"CREATE TABLE {quote(name)} ({', '.join(quote(c) for c in columns)})"
+        )
         for index, indexed in shape.indexes.items():
-            if index in taken:
+            if index.lower() in taken:
                 continue
-            taken.add(index)
-            on = ", ".join(quote(c) for c in indexed or shape.columns[:1])
-            connection.exec_driver_sql(f"CREATE INDEX {quote(index)} ON {quote(name)} ({on})")
+            taken.append(index.lower())
+            on = [c for c in indexed if c in columns] or columns[:1]
+            connection.exec_driver_sql(
+                f"CREATE INDEX {quote(index)} ON {quote(name)} ({', '.join(map(quote, on))})"
+            )
     for name, rows in original.rows.items():
         if rows:
             target = table(name, *(column(c) for c in original.layout[name].columns))
@@ -239,9 +254,10 @@ def plan_upgrade(url: URL, revision: str = "head", *, adopt_foreign: bool = Fals
     state = schema.check_upgradable(url, adopt_foreign=adopt_foreign)
     blank = state is not None and state.kind is schema.FileKind.NEW
     original = _Original({}, {}) if blank else _original(url)
-    recorder = _Recorder(original.layout)
     with _shadow_connection() as connection:
         _build_shadow(connection, original)
+        # The shadow's own layout is the start: names it could not hold are not in it.
+        recorder = _Recorder(layout_of(connection))
         before = schema.current_revision(connection)
         connection.rollback()
         schema.run_command(connection, where, "upgrade", revision, after_step=recorder)

@@ -422,3 +422,20 @@ def test_copy_dry_run_to_a_server_on_the_command_line(
         document = json.loads(run(*argv, "--json").stdout)
         assert {t["table"]: t["new"] for t in document["tables"]}["messages"] == 24
         assert database_digest(target) == before
+
+
+def test_upgrade_prediction_on_names_sqlite_would_confuse() -> None:
+    """PostgreSQL tells ``Notes`` from ``notes`` and ``A`` from ``a``; the shadow (SQLite) does
+    not, and must still predict the upgrade."""
+    with throwaway_database("postgresql") as url:
+        engine = make_engine(url)
+        try:
+            with engine.begin() as connection:
+                connection.exec_driver_sql('CREATE TABLE "Notes" ("A" INTEGER, "a" INTEGER)')
+                connection.exec_driver_sql("CREATE TABLE notes (id INTEGER)")
+                connection.exec_driver_sql('CREATE INDEX "Ix" ON "Notes" ("A")')
+                connection.exec_driver_sql("CREATE INDEX ix ON notes (id)")
+        finally:
+            engine.dispose()
+        assert plan_upgrade(url).start is Start.NEW
+        assert_the_prediction_holds(url)
