@@ -174,6 +174,9 @@ class NativeAsyncSessionDB(StoreSettings):
     async def get_messages(self, session_id: str) -> list[Row]:
         return await self._run(self._plans.get_messages(session_id))
 
+    async def count_messages(self, session_id: str) -> int:
+        return await self._run(self._plans.count_messages(session_id))
+
     # -- handoff transitions ------------------------------------------------------------------
 
     async def request_handoff(self, session_id: str, platform: str) -> bool:

@@ -595,6 +595,10 @@ class PlanBook:
         params = {"session_id": require_identifier("session_id", session_id)}
         return Plan(_transcript, params, writes=False)
 
+    def count_messages(self, session_id: object) -> Plan[int]:
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_count, statements.count_messages(), params, writes=False)
+
     # handoff transitions
 
     def _transition_params(self, session_id: object) -> dict[str, Any]:

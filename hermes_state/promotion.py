@@ -19,7 +19,10 @@ adoption tables of hermes-state itself (the target keeps its own).
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +59,7 @@ from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import NullType, TypeEngine
 
 from .drift import sqlite_affinity
-from .engine import READ_ONLY, describe, is_sqlite, make_engine
+from .engine import READ_ONLY, describe, is_sqlite, make_engine, read_only_file_uri, resolve_url
 from .errors import (
     CopyConflictError,
     CopyRefusedError,
@@ -66,16 +69,31 @@ from .errors import (
 )
 from .models import ID_LENGTH, handoff_events, messages, sessions, table_options
 from .notify import database_key
-from .schema import ADOPTION_TABLE, VERSION_TABLE, ensure_current
+from .schema import (
+    ADOPTION_TABLE,
+    HEAD_REVISION,
+    NO_REVISION,
+    VERSION_TABLE,
+    FileKind,
+    check_upgradable,
+    ensure_current,
+    look_at_sqlite_file,
+    upgrade,
+)
 
 __all__ = [
     "CopyConflictError",
+    "CopyPlan",
     "CopyRefusedError",
     "CopyReport",
     "Fill",
+    "FillPlan",
+    "SideState",
     "SkippedTable",
+    "TablePlan",
     "TableReport",
     "copy_database",
+    "plan_copy",
     "portable_type",
 ]
 
@@ -473,6 +491,20 @@ def _preflight(
     target: Dialect,
 ) -> None:
     """Refuse, before anything is written, rows the target's constraints would reject."""
+    problems = _problems(reading, plan, fills, target)
+    if problems:
+        raise CopyRefusedError(
+            "the target cannot take every source row, so nothing was copied: " + "; ".join(problems)
+        )
+
+
+def _problems(
+    reading: Connection,
+    plan: Sequence[_Carried],
+    fills: dict[str, dict[str, Any]],
+    target: Dialect,
+) -> list[str]:
+    """What about the source rows the target's constraints would reject, in words."""
     problems: list[str] = []
     length = func.length if reading.dialect.name == "sqlite" else func.char_length
     for carried in plan:
@@ -535,10 +567,7 @@ def _preflight(
         problems.extend(
             message.format(n) for (message, _), n in zip(checks, counts, strict=True) if n
         )
-    if problems:
-        raise CopyRefusedError(
-            "the target cannot take every source row, so nothing was copied: " + "; ".join(problems)
-        )
+    return problems
 
 
 # -- copying ----------------------------------------------------------------------------------
@@ -560,18 +589,15 @@ def copy_database(
     :class:`CopyRefusedError` when source rows do not fit the target, :class:`CopyConflictError`
     when target rows differ (unless ``force``); in both cases nothing has been written.
     """
-    if batch_size < 1:
-        raise InvalidInputError(f"batch size must be at least 1, not {batch_size}")
-    if database_key(source_url) == database_key(target_url):
-        raise InvalidInputError(f"{describe(source_url)} is both the source and the target")
+    _check_pair(source_url, target_url, batch_size)
     # A refused copy leaves no trace: not even a new target file, if this call made it.
     new_file = _absent_sqlite_file(target_url)
     refused = False
     source, target = make_engine(source_url), make_engine(target_url)
     where = f"the copy from {describe(source_url)} to {describe(target_url)}"
     try:
-        for engine in (source, target):
-            ensure_current(engine, auto_upgrade=is_sqlite(engine.url))
+        for engine, given in ((source, source_url), (target, target_url)):
+            ensure_current(engine, auto_upgrade=is_sqlite(engine.url), url=given)
         with translated(where), source.connect() as reading, target.connect() as writing:
             reading.execution_options(**{READ_ONLY: True})
             plan, skipped = _plan(reading)
@@ -620,6 +646,207 @@ def copy_database(
     copied = CopyReport(describe(source_url), describe(target_url), reports, skipped)
     _verify(copied)
     return copied
+
+
+def _check_pair(source_url: Any, target_url: Any, batch_size: int) -> None:
+    if batch_size < 1:
+        raise InvalidInputError(f"batch size must be at least 1, not {batch_size}")
+    if database_key(source_url) == database_key(target_url):
+        raise InvalidInputError(f"{describe(source_url)} is both the source and the target")
+
+
+# -- the dry run ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SideState:
+    """A database as the copy would find it: its revision now, and whether the copy would
+    first create it or bring it to head (an SQLite file; a server behind head is refused)."""
+
+    database: str
+    revision: str | None
+    exists: bool
+    upgraded_first: bool
+
+    def __str__(self) -> str:
+        if not self.exists:
+            return f"{self.database} does not exist: the copy would create it at {HEAD_REVISION}"
+        if not self.upgraded_first:
+            return f"{self.database} is at {HEAD_REVISION} (head)"
+        how = (
+            "adopt it in place and bring it"
+            if self.revision is None
+            else f"upgrade it from {self.revision}"
+        )
+        return (
+            f"{self.database} is at {self.revision or NO_REVISION}: the copy would first {how} "
+            f"to {HEAD_REVISION} (`hermes-state --url '{self.database}' db upgrade --dry-run` "
+            "lists what that adds)"
+        )
+
+
+@dataclass
+class TablePlan:
+    """What a copy would do to one table."""
+
+    table: str
+    source_rows: int
+    new: int
+    identical: int
+    differing: int
+    target_rows: int
+    created: bool
+    added_columns: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class FillPlan:
+    fill: Fill
+    nulls: int
+
+
+@dataclass
+class CopyPlan:
+    """What :func:`copy_database` would do, worked out without writing (``db copy --dry-run``).
+
+    ``problems`` are source rows the target cannot take and ``conflicts`` target rows that
+    differ from the source; either refuses the copy (conflicts only without ``force``).
+    """
+
+    source: SideState
+    target: SideState
+    force: bool
+    tables: list[TablePlan]
+    skipped: list[SkippedTable]
+    fills: list[FillPlan]
+    problems: list[str]
+    conflicts: list[str]
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the copy would be refused, in the copy's words; None when it would go ahead."""
+        if self.problems:
+            return (
+                "the target cannot take every source row, so nothing would be copied: "
+                + "; ".join(self.problems)
+            )
+        if self.conflicts and not self.force:
+            return _conflict_message(self.conflicts, "nothing would be copied")
+        return None
+
+
+def plan_copy(
+    source_url: URL,
+    target_url: URL,
+    *,
+    force: bool = False,
+    batch_size: int = DEFAULT_BATCH,
+    fills: Sequence[Fill] = (),
+) -> CopyPlan:
+    """The copy's pre-flight and comparison, and nothing after: neither database is written.
+
+    An SQLite file the copy would first bring to head (or create) is planned on a temporary
+    copy brought to head, so the plan sees the tables and columns the copy would; a server
+    database behind head is refused as the copy refuses it.
+    """
+    _check_pair(source_url, target_url, batch_size)
+    where = f"the copy from {describe(source_url)} to {describe(target_url)}"
+    with (
+        _at_head(source_url) as (source_at_head, source_state),
+        _at_head(target_url) as (target_at_head, target_state),
+    ):
+        source = make_engine(source_at_head, read_only=is_sqlite(source_at_head))
+        target = make_engine(target_at_head, read_only=is_sqlite(target_at_head))
+        try:
+            with translated(where), source.connect() as reading, target.connect() as looking:
+                for connection in (reading, looking):
+                    connection.execution_options(**{READ_ONLY: True})
+                plan, skipped = _plan(reading)
+                reading.rollback()
+                for carried in plan:
+                    _shape(looking, carried)
+                looking.rollback()
+                resolved = _resolve_fills(fills, plan, looking.dialect)
+                problems = _problems(reading, plan, resolved, looking.dialect)
+                tables: list[TablePlan] = []
+                conflicts: list[str] = []
+                for carried in plan:
+                    assert carried.planned is not None
+                    compared = _compare(
+                        reading, looking, carried, resolved.get(carried.name, {}), batch_size
+                    )
+                    conflicts += compared.conflicts
+                    tables.append(
+                        TablePlan(
+                            carried.name,
+                            compared.new + compared.identical + compared.differing,
+                            compared.new,
+                            compared.identical,
+                            compared.differing,
+                            0 if carried.create else _count(looking, carried.planned),
+                            carried.create,
+                            [column.name for column in carried.add],
+                        )
+                    )
+                    looking.rollback()
+                filled = _nulls_filled(reading, plan, fills)
+        finally:
+            source.dispose()
+            target.dispose()
+    return CopyPlan(source_state, target_state, force, tables, skipped, filled, problems, conflicts)
+
+
+def _nulls_filled(
+    reading: Connection, plan: Sequence[_Carried], fills: Sequence[Fill]
+) -> list[FillPlan]:
+    by_table = {carried.name: carried for carried in plan}
+    counted: list[FillPlan] = []
+    for fill in fills:
+        source = by_table[fill.table].source
+        query = select(func.count()).select_from(source).where(source.c[fill.column].is_(None))
+        counted.append(FillPlan(fill, int(reading.execute(query).scalar_one())))
+        reading.rollback()
+    return counted
+
+
+@contextlib.contextmanager
+def _at_head(url: URL) -> Iterator[tuple[URL, SideState]]:
+    """The database as the copy would read or write it once at head, and its state now.
+
+    A server database must be at head already (else refused, with the command to run). An
+    SQLite file at head is read as it is; one the copy would create or upgrade is stood in
+    for by a temporary copy brought to head (the file itself is only read).
+    """
+    where = describe(url)
+    if not is_sqlite(url):
+        engine = make_engine(url)
+        try:
+            ensure_current(engine, auto_upgrade=False, url=url)
+        finally:
+            engine.dispose()
+        yield url, SideState(where, HEAD_REVISION, exists=True, upgraded_first=False)
+        return
+    assert url.database is not None
+    state = look_at_sqlite_file(url)
+    if state.revision == HEAD_REVISION:
+        yield url, SideState(where, HEAD_REVISION, exists=True, upgraded_first=False)
+        return
+    check_upgradable(url)  # what the copy's upgrade would refuse, said of the file itself
+    exists = Path(url.database).exists()
+    with tempfile.TemporaryDirectory(prefix="hermes-state-dry-run-") as folder:
+        stand_in = resolve_url(Path(folder) / "at-head.db")
+        if exists and state.kind is not FileKind.NEW:
+            assert stand_in.database is not None
+            with (
+                translated(where),
+                contextlib.closing(
+                    sqlite3.connect(read_only_file_uri(url.database), uri=True)
+                ) as original,
+                contextlib.closing(sqlite3.connect(stand_in.database)) as copy,
+            ):
+                original.backup(copy)
+        upgrade(stand_in)
+        yield stand_in, SideState(where, state.revision, exists=exists, upgraded_first=True)
 
 
 def _absent_sqlite_file(url: Any) -> Path | None:
@@ -710,6 +937,67 @@ def _as_added(column: Column[Any]) -> Any:
     return null().label(column.name)
 
 
+@dataclass
+class _Comparison:
+    """A table's source rows against the target: not there yet, identical, or different."""
+
+    new: int = 0
+    identical: int = 0
+    differing: int = 0
+    #: the differing rows, named (table and key), for the refusal
+    conflicts: list[str] = field(default_factory=list)
+
+
+def _compare(
+    reading: Connection,
+    writing: Connection,
+    carried: _Carried,
+    fills: dict[str, Any],
+    batch_size: int,
+) -> _Comparison:
+    """Every source row of one table looked up in the target, batch by batch."""
+    assert carried.planned is not None
+    found = _Comparison()
+    if carried.create or _count(writing, carried.planned) == 0:
+        found.new = _count(reading, carried.source)  # an empty target table cannot conflict
+        reading.rollback()
+        writing.rollback()
+        return found
+    rows = _Rows(carried, fills)
+    for batch in rows.batches(reading, batch_size):
+        present = rows.existing(writing, batch)
+        writing.rollback()
+        if not rows.key_positions:
+            if present == Counter(batch):
+                found.identical += len(batch)
+            elif not present:
+                found.new += len(batch)
+            else:
+                found.differing += len(batch)
+                found.conflicts.append(f"{carried.name} (its rows as a whole)")
+            continue
+        for row in batch:
+            stored = present.get(rows.key(row))
+            if stored is None:
+                found.new += 1
+            elif stored == row:
+                found.identical += 1
+            else:
+                found.differing += 1
+                found.conflicts.append(f"{carried.name} {rows.key(row)!r}")
+    return found
+
+
+def _conflict_message(conflicts: Sequence[str], outcome: str) -> str:
+    shown = ", ".join(conflicts[:CONFLICTS_SHOWN])
+    hidden = len(conflicts) - CONFLICTS_SHOWN
+    more = f" and {hidden} more" if hidden > 0 else ""
+    return (
+        f"{len(conflicts)} row(s) already in the target differ from the source "
+        f"({shown}{more}); {outcome}. Re-run with --force to overwrite them."
+    )
+
+
 def _refuse_conflicts(
     reading: Connection,
     writing: Connection,
@@ -720,29 +1008,10 @@ def _refuse_conflicts(
     """Before writing rows: stop if any target row differs from its source row."""
     conflicts: list[str] = []
     for carried in plan:
-        assert carried.planned is not None
-        if carried.create or _count(writing, carried.planned) == 0:
-            continue  # an empty target table cannot conflict
-        rows = _Rows(carried, fills.get(carried.name, {}))
-        for batch in rows.batches(reading, batch_size):
-            present = rows.existing(writing, batch)
-            writing.rollback()
-            if not rows.key_positions:
-                if present != Counter(batch):
-                    conflicts.append(f"{carried.name} (its rows as a whole)")
-                continue
-            for row in batch:
-                stored = present.get(rows.key(row))
-                if stored is not None and stored != row:
-                    conflicts.append(f"{carried.name} {rows.key(row)!r}")
+        compared = _compare(reading, writing, carried, fills.get(carried.name, {}), batch_size)
+        conflicts += compared.conflicts
     if conflicts:
-        shown = ", ".join(conflicts[:CONFLICTS_SHOWN])
-        hidden = len(conflicts) - CONFLICTS_SHOWN
-        more = f" and {hidden} more" if hidden > 0 else ""
-        raise CopyConflictError(
-            f"{len(conflicts)} row(s) already in the target differ from the source "
-            f"({shown}{more}); nothing was copied. Re-run with --force to overwrite them."
-        )
+        raise CopyConflictError(_conflict_message(conflicts, "nothing was copied"))
 
 
 def _copy_table(

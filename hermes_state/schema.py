@@ -12,7 +12,7 @@ import enum
 import importlib.resources
 import io
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -48,7 +48,9 @@ __all__ = [
     "FileState",
     "HistoryEntry",
     "Loss",
+    "StepHook",
     "bring_current",
+    "check_upgradable",
     "current_revision",
     "damage_of",
     "downgrade",
@@ -59,6 +61,7 @@ __all__ = [
     "migration_connection",
     "offline_sql",
     "revision_of",
+    "run_command",
     "script_location",
     "upgrade",
     "upgrade_command",
@@ -273,38 +276,73 @@ def migration_connection(url: URL, *, read_only: bool = False) -> Iterator[Conne
         engine.dispose()
 
 
-def _run(url: URL, command_name: str, *args: Any) -> None:
+#: Called after each migration step with the connection, the revision just applied and its
+#: script's message.
+StepHook = Callable[[Connection, str, str], None]
+
+
+def run_command(
+    connection: Connection,
+    where: str,
+    command_name: str,
+    revision: str,
+    *,
+    after_step: StepHook | None = None,
+) -> None:
+    """Alembic's ``upgrade`` or ``downgrade`` to ``revision`` on ``connection``, then commit.
+
+    A database at a revision this version does not know is refused; Alembic's own errors
+    are about the revision asked for (unknown, ambiguous, in the wrong direction): bad input.
+    """
     from alembic import command
     from alembic.util import CommandError
 
-    where = describe(url)
+    current = current_revision(connection)
+    connection.rollback()
+    if current is not None and not _is_known(current):
+        raise _too_new(where, current)
+    config = _config(connection)
+    if after_step is not None:
+        hook = after_step
+
+        def on_version_apply(*, ctx: Any, step: Any, **_: Any) -> None:
+            hook(ctx.connection, step.up_revision_id, step.up_revision.doc or "")
+
+        config.attributes["on_version_apply"] = (on_version_apply,)
+    try:
+        getattr(command, command_name)(config, revision)
+    except CommandError as exc:
+        raise InvalidInputError(f"cannot {command_name} {where}: {exc}") from None
+    connection.commit()
+
+
+def _run(url: URL, command_name: str, revision: str) -> None:
     with migration_connection(url) as connection:
-        revision = current_revision(connection)
-        connection.rollback()
-        if revision is not None and not _is_known(revision):
-            raise _too_new(where, revision)
-        try:
-            getattr(command, command_name)(_config(connection), *args)
-        except CommandError as exc:
-            # Alembic's command errors are about the revision asked for (unknown, ambiguous,
-            # or in the wrong direction): bad input, not a database failure.
-            raise InvalidInputError(f"cannot {command_name} {where}: {exc}") from None
-        connection.commit()
+        run_command(connection, describe(url), command_name, revision)
+
+
+def check_upgradable(url: URL, *, adopt_foreign: bool = False) -> FileState | None:
+    """Refuse what ``upgrade`` refuses, reading only; an SQLite file's state, None on a server.
+
+    An SQLite file must be new or a hermes state database (``adopt_foreign`` takes another
+    application's file on purpose), and must pass ``PRAGMA quick_check``.
+    """
+    if not is_sqlite(url):
+        return None
+    state = look_at_sqlite_file(url)
+    if state.kind is FileKind.FOREIGN and not adopt_foreign:
+        raise _foreign(describe(url))
+    if state.kind is not FileKind.NEW:
+        _refuse_damage(url)
+    return state
 
 
 def upgrade(url: URL, revision: str = "head", *, adopt_foreign: bool = False) -> None:
     """Migrate up to ``revision`` in one transaction (SQLite) or per Alembic's defaults.
 
-    An SQLite file must be new or a hermes state database (``adopt_foreign`` takes another
-    application's file on purpose), and must pass ``PRAGMA quick_check``; otherwise it is
-    refused before a byte is written.
+    What :func:`check_upgradable` refuses is refused before a byte is written.
     """
-    if is_sqlite(url):
-        state = look_at_sqlite_file(url)
-        if state.kind is FileKind.FOREIGN and not adopt_foreign:
-            raise _foreign(describe(url))
-        if state.kind is not FileKind.NEW:
-            _refuse_damage(url)
+    check_upgradable(url, adopt_foreign=adopt_foreign)
     _run(url, "upgrade", revision)
 
 

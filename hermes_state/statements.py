@@ -71,6 +71,7 @@ __all__ = [
     "count_appended_message",
     "count_failures_since",
     "count_handoffs_by_state",
+    "count_messages",
     "expire_turn_lease",
     "fail_handoff",
     "finish_claims",
@@ -258,6 +259,18 @@ def get_messages() -> Select[Any]:
         .select_from(messages)
         .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
         .order_by(m.id)
+    )
+
+
+@functools.cache
+def count_messages() -> Select[Any]:
+    """How many messages :func:`get_messages` returns for ``:session_id``, counted in the
+    database (the index on ``session_id, id`` covers the lookup)."""
+    m = messages.c
+    return (
+        select(func.count().label("count"))
+        .select_from(messages)
+        .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
     )
 
 

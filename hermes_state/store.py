@@ -202,6 +202,11 @@ class SessionDB(StoreSettings):
         with every column the table has, ``tool_calls`` decoded from JSON."""
         return self._run(self._plans.get_messages(session_id))
 
+    def count_messages(self, session_id: str) -> int:
+        """How many messages ``get_messages`` would return, counted in the database (0 for an
+        unknown session)."""
+        return self._run(self._plans.count_messages(session_id))
+
     # -- handoff transitions ------------------------------------------------------------------
 
     def request_handoff(self, session_id: str, platform: str) -> bool:

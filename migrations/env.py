@@ -22,6 +22,8 @@ def run_migrations(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=metadata,
+        # `db upgrade --dry-run` looks at the shadow database after each step.
+        on_version_apply=config.attributes.get("on_version_apply", ()),
         **context_options(connection.dialect.name),
     )
     with context.begin_transaction():

@@ -120,6 +120,8 @@ SCRIPT = [
     Op("append_message", ("nobody", "user", "lost")),
     Op("get_messages", ("alpha",)),
     Op("get_messages", ("nobody",)),
+    Op("count_messages", ("alpha",)),
+    Op("count_messages", ("nobody",)),
     Op("get_handoff_state", ("alpha",)),
     Op("get_handoff_state", ("nobody",)),
     Op("request_handoff", ("alpha", "telegram")),

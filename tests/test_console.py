@@ -27,6 +27,7 @@ from hermes_state import SessionDB
 from hermes_state.cli import build_parser
 from hermes_state.cli.handoff import WITHDRAWN_ERROR
 from hermes_state.engine import resolve_url
+from hermes_state.models import sessions as sessions_table
 from tests.conftest import require_server, throwaway_database, url_arg
 from tests.digest import database_digest
 from tests.processes import CONSOLE, DEADLINE, console, wait_until
@@ -212,6 +213,87 @@ def test_tables_have_a_header_row(path: Path, db: SessionDB) -> None:
         assert result.stdout.splitlines()[0].split() == header
 
 
+def many_handoffs(db: SessionDB, count: int) -> None:
+    """``count`` pending rows with long ids: a listing far larger than a pipe's buffer."""
+    rows = [
+        {"id": f"{index:06}-{'x' * 90}", "source": "cli", "started_at": float(index)}
+        for index in range(count)
+    ]
+    statement = sessions_table.insert().values(handoff_state="pending", handoff_platform="telegram")
+    db._execute_write(lambda connection: connection.execute(statement, rows))
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(path: Path, db: SessionDB) -> None:
+    many_handoffs(db, 3000)  # ~300 KB of table: the command is still writing when head is gone
+    piped = subprocess.run(
+        [
+            "bash",
+            "-o",
+            "pipefail",
+            "-c",
+            '"$0" handoff list --limit 0 --url "$1" | head -1',
+            CONSOLE,
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert piped.stdout.split() == ["SESSION", "STATE", "PLATFORM", "OWNER", "ERROR"]
+    assert piped.stderr == ""
+    assert piped.returncode == 141  # what the shell says of `seq 1000000 | head -1` too
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("db", "history"), ("handoff", "list", "--json"), ("handoff", "show", "x"), ("--help",)],
+    ids=" ".join,
+)
+def test_output_into_a_closed_pipe_is_quiet(
+    path: Path, db: SessionDB, argv: tuple[str, ...]
+) -> None:
+    put(db, "x", "pending")
+    reading, writing = os.pipe()
+    os.close(reading)  # the reader is gone before the first byte
+    try:
+        ended = subprocess.run(
+            [CONSOLE, *argv, "--url", str(path)] if argv != ("--help",) else [CONSOLE, *argv],
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=DEADLINE,
+            check=False,
+        )
+    finally:
+        os.close(writing)
+    assert ended.stderr == ""
+    # argparse's own --help swallows the error and exits 0; every command says 141.
+    assert ended.returncode == (0 if argv == ("--help",) else 141)
+
+
+def test_a_demo_cut_short_leaves_no_temporary_database(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    reading, writing = os.pipe()
+    os.close(reading)  # `hermes-state demo | true`: the first line already finds no reader
+    try:
+        ended = subprocess.run(
+            [CONSOLE, "demo"],
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TMPDIR": str(scratch)},
+            timeout=DEADLINE,
+            check=False,
+        )
+    finally:
+        os.close(writing)
+    assert ended.returncode == 141
+    assert ended.stderr == ""
+    assert list(scratch.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("value", "as_json"),
     [
@@ -326,6 +408,27 @@ def test_an_unreachable_server_is_one_line_with_the_url_as_typed() -> None:
     assert "+psycopg" not in lines[0]
     assert "?." not in lines[0]
     assert "Check the URL" in lines[0]
+
+
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["copy", "copy --dry-run"])
+def test_copy_errors_quote_the_target_as_typed(
+    path: Path, db: SessionDB, dry_run: tuple[str, ...]
+) -> None:
+    typed = "postgres://hermes:s3cret@127.0.0.1:1/hermes"
+    unreachable = run("db", "copy", *dry_run, "--url", str(path), "--to", typed)
+    assert unreachable.returncode == 1
+    (line,) = unreachable.stderr.splitlines()
+    assert "cannot open postgres://hermes:***@127.0.0.1:1/hermes" in line
+    assert "+psycopg" not in line
+    require_server("mysql")
+    with throwaway_database("mysql") as url:
+        behind = url_arg(url)
+        assert behind.startswith("mysql://")
+        refused = run("db", "copy", *dry_run, "--url", str(path), "--to", behind)
+        assert refused.returncode == 1
+        (line,) = refused.stderr.splitlines()
+        assert f"run `hermes-state --url '{behind}' db upgrade`" in line
+        assert "+pymysql" not in line
 
 
 def test_postgres_scheme_is_postgresql() -> None:
@@ -639,17 +742,33 @@ def test_dry_run_changes_nothing(
     assert document["dry_run"] is True
 
 
+#: Commands that only read: they need no --dry-run.
+READERS = {
+    ("db", "current"),
+    ("db", "history"),
+    ("db", "check"),
+    ("session", "list"),
+    ("session", "show"),
+    ("session", "messages"),
+    ("handoff", "wait"),
+    ("handoff", "show"),
+    ("handoff", "list"),
+    ("handoff", "history"),
+    ("handoff", "stats"),
+}
+#: Writers without a dry run, each for the reason the README's "Command line" section gives.
+NO_DRY_RUN = {("watch",), ("demo",), ("dashboard",)}
+
+
 def test_every_writing_command_has_dry_run() -> None:
-    writers = [
-        ("session", "create"),
-        ("handoff", "request"),
-        ("handoff", "fail"),
-        ("handoff", "retry"),
-        ("handoff", "reclaim"),
-        ("handoff", "prune-events"),
-    ]
+    writers = [where for where in leaf_commands() if where not in READERS | NO_DRY_RUN]
+    assert ("db", "upgrade") in writers
+    assert ("db", "copy") in writers
+    assert len(writers) == 9
     for where in writers:
         assert "--dry-run" in run(*where, "--help").stdout, where
+    for where in NO_DRY_RUN:
+        assert "--dry-run" not in run(*where, "--help").stdout, where
 
 
 def test_dry_run_creates_no_database(path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Reading sessions (``list_sessions``, ``get_session``) and counting prunable events, on
+"""Reading sessions (``list_sessions``, ``get_session``, ``count_messages``) and counting
+prunable events, on
 every backend, through the sync store and the native asyncio store: the same plans, the same
 answers."""
 
@@ -7,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.engine import URL
 
 from hermes_state import NativeAsyncSessionDB, SessionDB
 from hermes_state.errors import InvalidInputError, InvalidInputTypeError
+from hermes_state.models import messages
 from tests.stores import HandClock, put
 
 
@@ -56,6 +59,18 @@ def test_get_session(filled: SessionDB) -> None:
     assert filled.get_session("ghost") is None
 
 
+def test_count_messages_counts_the_live_transcript(filled: SessionDB) -> None:
+    first = filled.append_message("a-old", "user", "hello")
+    filled.append_message("a-old", "assistant", "hi")
+    filled.append_message("b-tg", "user", "elsewhere")
+    assert filled.count_messages("a-old") == 2 == len(filled.get_messages("a-old"))
+    rewind = update(messages).where(messages.c.id == first).values(active=0)
+    filled._execute_write(lambda connection: connection.execute(rewind))
+    assert filled.count_messages("a-old") == 1 == len(filled.get_messages("a-old"))
+    assert filled.count_messages("c-new") == 0
+    assert filled.count_messages("ghost") == 0
+
+
 def test_session_reads_refuse_bad_input(filled: SessionDB) -> None:
     with pytest.raises(InvalidInputError):
         filled.list_sessions(handoff_state="lost")
@@ -65,6 +80,8 @@ def test_session_reads_refuse_bad_input(filled: SessionDB) -> None:
         filled.list_sessions(since="yesterday")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):
         filled.get_session("")
+    with pytest.raises(InvalidInputError):
+        filled.count_messages("")
 
 
 def test_prune_dry_run_counts_without_deleting(filled: SessionDB, clock: HandClock) -> None:
@@ -86,6 +103,8 @@ async def test_the_native_store_reads_the_same(backend_url: URL) -> None:
                 assert await native.list_sessions(**options) == sync_store.list_sessions(**options)
             assert await native.get_session("b-tg") == sync_store.get_session("b-tg")
             assert await native.get_session("ghost") is None
+            sync_store.append_message("b-tg", "user", "hello")
+            assert await native.count_messages("b-tg") == 1 == sync_store.count_messages("b-tg")
             assert await native.prune_handoff_events(
                 0.0, dry_run=True
             ) == sync_store.prune_handoff_events(0.0, dry_run=True)

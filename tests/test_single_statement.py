@@ -87,6 +87,7 @@ OPERATIONS: list[tuple[str, Callable[[SessionDB], object]]] = [
     ("has pending", lambda db: db.has_pending_handoffs()),
     ("state", lambda db: db.get_handoff_state("running")),
     ("messages", lambda db: db.get_messages("idle")),
+    ("count messages", lambda db: db.count_messages("idle")),
     ("history", lambda db: db.handoff_history("running")),
 ]
 

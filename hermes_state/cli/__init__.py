@@ -9,18 +9,21 @@ Exit codes: 0 done, 1 refused or failed (a request while one is in flight, an un
 database, drift found, a database not at head for a command that only reads, a destructive
 downgrade not confirmed), 2 bad input (arguments, URLs, ids, files that are not databases,
 another application's database, a damaged file), 3 a ``--wait`` that timed out, 130
-interrupted (Ctrl-C). User errors never print a traceback; ``HERMES_STATE_DEBUG=1`` shows one.
+interrupted (Ctrl-C), 141 the reader of the output went away (``| head``: 128 + SIGPIPE, what a
+shell reports for ``seq``). User errors never print a traceback; ``HERMES_STATE_DEBUG=1`` shows one.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 from importlib import metadata
+from typing import TextIO
 
 from ..errors import (
     DatabaseCorruptError,
@@ -35,6 +38,7 @@ from .common import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PIPE_CLOSED,
     EXIT_REFUSED,
     EXIT_TIMED_OUT,
     Handler,
@@ -57,6 +61,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE_CLOSED",
     "EXIT_REFUSED",
     "EXIT_TIMED_OUT",
     "Output",
@@ -88,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hermes-state",
         description="Administer hermes-state databases and run the handoff watcher.",
         epilog="Exit codes: 0 done, 1 refused or failed, 2 bad input, 3 a --wait timed out, "
-        "130 interrupted. Global options work before or after the command.",
+        "130 interrupted, 141 output pipe closed early. Global options work before or after "
+        "the command.",
     )
     parser.add_argument(
         "--version",
@@ -121,6 +127,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
     stdout, stderr = sys.stdout, sys.stderr
     try:
+        code = _main(argv, stdout, stderr)
+        # Written out now, while a closed pipe can still be told apart from a bug.
+        stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone(stdout, stderr)
+    return code
+
+
+def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
+    try:
         parser = build_parser()
         _autocomplete(parser)
         args = parser.parse_args(argv)
@@ -131,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_environment(args)
     except InvalidInputError as exc:
         return _failed(out, str(exc), EXIT_BAD_INPUT)
-    out.typed_url = args.url
+    if args.url:
+        out.typed_urls.append(args.url)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -140,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:  # our own progress at INFO; libraries' chatter only with --verbose
         for name in ("hermes_state", "gateway"):
             logging.getLogger(name).setLevel(logging.INFO)
+    return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: Output) -> int:
     command_function: Handler = args.command_function
     try:
         result = command_function(args, out)
@@ -155,9 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _failed(out, str(exc), EXIT_REFUSED)
     except KeyboardInterrupt:
         return _failed(out, "interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        raise
     except Exception as exc:
         if _debug():
-            traceback.print_exc(file=stderr)
+            traceback.print_exc(file=out.stderr)
             return EXIT_REFUSED
         return _failed(
             out,
@@ -167,6 +190,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     out.emit(result)
     return result.code
+
+
+def _reader_gone(stdout: TextIO, stderr: TextIO) -> int:
+    """Whoever read our output stopped (``| head -1``): end quietly, as ``seq`` does.
+
+    The streams are pointed at /dev/null so that the interpreter's last flush finds nowhere
+    to fail; the exit status is the one a shell reports for a tool that SIGPIPE ended.
+    """
+    for stream in (stdout, stderr):
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass  # not a file (a test's StringIO): nothing will flush it at exit
+    return EXIT_PIPE_CLOSED
 
 
 def _failed(out: Output, message: str, code: int) -> int:

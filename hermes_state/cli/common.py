@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE_CLOSED",
     "EXIT_REFUSED",
     "EXIT_TIMED_OUT",
     "MAX_ROWS",
@@ -61,6 +63,8 @@ EXIT_REFUSED: Final = 1
 EXIT_BAD_INPUT: Final = 2
 EXIT_TIMED_OUT: Final = 3
 EXIT_INTERRUPTED: Final = 130
+#: The reader of stdout went away (``| head``): 128 + SIGPIPE, as a shell reports ``seq``'s end.
+EXIT_PIPE_CLOSED: Final = 128 + signal.SIGPIPE
 DEBUG_ENV: Final = "HERMES_STATE_DEBUG"
 #: Who the audit trail names for changes made from the command line.
 CLI_ACTOR: Final = "cli"
@@ -114,7 +118,8 @@ class Output:
         self.stdout = stdout
         self.stderr = stderr
         self._progress_shown = False
-        self.typed_url: str | None = None
+        #: The database URLs as the user typed them (--url, db copy's --to), for errors to quote.
+        self.typed_urls: list[str] = []
 
     @property
     def live(self) -> bool:
@@ -142,14 +147,16 @@ class Output:
         print(f"hermes-state: {self.one_line(text)}", file=self.stderr)
 
     def one_line(self, text: str) -> str:
-        """Driver messages span lines; an error is one line, naming the URL as it was typed."""
+        """Driver messages span lines; an error is one line, naming URLs as they were typed."""
         flat = re.sub(r"\s+", " ", text).replace("?.", "?").strip()
-        if self.typed_url and "://" in self.typed_url:
+        for typed_url in self.typed_urls:
+            if "://" not in typed_url:
+                continue
             try:
-                shown = describe(resolve_url(self.typed_url))
+                shown = describe(resolve_url(typed_url))
             except HermesStateError:
-                return flat
-            typed = _mask_password(self.typed_url)
+                continue
+            typed = _mask_password(typed_url)
             backend, _, rest = shown.partition("://")
             for driver in ("psycopg", "asyncpg", "pymysql", "aiomysql", "pysqlite", "aiosqlite"):
                 flat = flat.replace(f"{backend.split('+')[0]}+{driver}://{rest}", typed)

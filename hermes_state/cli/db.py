@@ -64,6 +64,15 @@ def configure_upgrade(actions: Any) -> None:
         flag=True,
         help="add hermes tables to another application's SQLite file, on purpose",
     )
+    add_option(
+        parser,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="say what the upgrade would do: from and to which revision, each migration and "
+        "what it would add, whether the file would be created or adopted; change nothing "
+        "(--sql, when given, wins: it does not even connect)",
+    )
     _add_sql_option(parser, "REVISION or FROM:TO; from base when FROM is not given")
 
 
@@ -97,9 +106,63 @@ def run_upgrade(args: argparse.Namespace, out: Output) -> Result:
     if args.sql:
         return _offline_sql(args, "upgrade")
     url = database_url(args)
+    if args.dry_run:
+        return _upgrade_rehearsed(url, args)
     before = schema.revision_of(url, allow_foreign=args.adopt_foreign)
     schema.upgrade(url, args.revision, adopt_foreign=args.adopt_foreign)
-    return _migrated(url, "upgrade", before, {})
+    return _migrated(url, "upgrade", before, {"dry_run": False})
+
+
+def _upgrade_rehearsed(url: URL, args: argparse.Namespace) -> Result:
+    from ..upgrade_plan import Start, plan_upgrade
+
+    plan = plan_upgrade(url, args.revision, adopt_foreign=args.adopt_foreign)
+    where, count = plan.database, len(plan.steps)
+    was, now = plan.before or schema.NO_REVISION, plan.after or schema.NO_REVISION
+    head = " (head)" if plan.after == schema.HEAD_REVISION else ""
+    span = f"from {was} to {now}{head}, in {count} migration{'s' if count != 1 else ''}"
+    document = {
+        "database": where,
+        "direction": "upgrade",
+        "dry_run": True,
+        "start": plan.start.value,
+        "from": plan.before,
+        "to": plan.after,
+        "migrations": [
+            {
+                "revision": step.revision,
+                "message": step.message,
+                "changes": [
+                    {
+                        "action": change.action,
+                        "table": change.table,
+                        "name": change.name,
+                        "columns": list(change.columns),
+                    }
+                    for change in step.changes
+                ],
+            }
+            for step in plan.steps
+        ],
+    }
+    if not plan.steps:
+        return Result(
+            document, [f"dry run: {where} is already at {now}{head}; nothing would change"]
+        )
+    opening = {
+        Start.CREATE: f"would create {where} and migrate it {span}:",
+        Start.NEW: f"would create the tables in the empty database {where}, {span}:",
+        Start.ADOPT: f"would adopt {where} in place (a hermes state database without a "
+        f"revision: every table, column and row is kept), {span}, adding only:",
+        Start.ADOPT_FOREIGN: f"would add hermes tables to {where}, another application's "
+        f"database (--adopt-foreign), {span}, adding only:",
+        Start.MIGRATE: f"would migrate {where} {span}:",
+    }[plan.start]
+    lines: list[str | Table] = [f"dry run: {opening}"]
+    for step in plan.steps:
+        lines.append(f"  {step.revision}  {step.message}")
+        lines += [f"    {change}" for change in step.changes] or ["    (no change)"]
+    return Result(document, lines)
 
 
 def configure_downgrade(actions: Any) -> None:
@@ -316,6 +379,15 @@ def configure_copy(actions: Any) -> None:
         metavar="N",
         help="rows per batch (1 up to 100000; default 2000)",
     )
+    add_option(
+        parser,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="run the pre-flight only: per table the rows that would be copied, those already "
+        "there and those that differ, what is left behind and why, the --fill counts, what "
+        "would refuse the copy, and each database's state; change nothing",
+    )
 
 
 def run_copy(args: argparse.Namespace, out: Output) -> Result:
@@ -323,8 +395,11 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
 
     if not args.to or not args.to.strip():
         raise InvalidInputError("db copy needs --to URL (or HERMES_STATE_COPY_TO)")
+    out.typed_urls.append(args.to)
     fills = [Fill.parse(given) for given in repeated(args, "fill")]
     source = database_url(args, must_exist=True)
+    if args.dry_run:
+        return _copy_rehearsed(source, resolve_url(args.to), fills, args)
     report = copy_database(
         source,
         resolve_url(args.to),
@@ -336,6 +411,7 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
     document = {
         "source": report.source,
         "target": report.target,
+        "dry_run": False,
         "tables": [
             {
                 "table": table.table,
@@ -383,12 +459,110 @@ def run_copy(args: argparse.Namespace, out: Output) -> Result:
     return Result(document, lines, EXIT_OK)
 
 
-def _shape(created: bool, added_columns: list[str]) -> str | None:
+def _copy_rehearsed(source: URL, target: URL, fills: list[Any], args: argparse.Namespace) -> Result:
+    from ..promotion import SideState, plan_copy
+
+    plan = plan_copy(source, target, force=args.force, batch_size=args.batch_size, fills=fills)
+
+    def side(state: SideState) -> dict[str, Any]:
+        return {
+            "database": state.database,
+            "revision": state.revision,
+            "exists": state.exists,
+            "upgraded_first": state.upgraded_first,
+            "state": str(state),
+        }
+
+    refusal = plan.refusal
+    document = {
+        "source": side(plan.source),
+        "target": side(plan.target),
+        "dry_run": True,
+        "force": plan.force,
+        "would_copy": refusal is None,
+        "refusal": refusal,
+        "tables": [
+            {
+                "table": t.table,
+                "source_rows": t.source_rows,
+                "new": t.new,
+                "identical": t.identical,
+                "differing": t.differing,
+                "target_rows": t.target_rows,
+                "created": t.created,
+                "added_columns": t.added_columns,
+            }
+            for t in plan.tables
+        ],
+        "skipped": [{"table": skip.table, "reason": skip.reason} for skip in plan.skipped],
+        "fills": [
+            {
+                "table": f.fill.table,
+                "column": f.fill.column,
+                "value": f.fill.value,
+                "nulls": f.nulls,
+            }
+            for f in plan.fills
+        ],
+        "problems": plan.problems,
+        "conflicts": plan.conflicts,
+    }
+    pair = f"{plan.source.database} -> {plan.target.database}"
+    verdict = f"would copy {pair}" if refusal is None else f"would refuse to copy {pair}"
+    lines: list[str | Table] = [
+        f"dry run: {verdict}",
+        f"source: {plan.source}",
+        f"target: {plan.target}",
+        Table(
+            [
+                "TABLE",
+                "SOURCE ROWS",
+                "NEW",
+                "ALREADY THERE",
+                "DIFFERENT",
+                "TARGET ROWS",
+                "SCHEMA CHANGE",
+            ],
+            [
+                (
+                    t.table,
+                    t.source_rows,
+                    t.new,
+                    t.identical,
+                    t.differing,
+                    t.target_rows,
+                    _shape(t.created, t.added_columns, planned=True),
+                )
+                for t in plan.tables
+            ],
+        ),
+    ]
+    differing = sum(t.differing for t in plan.tables)
+    if differing:
+        lines.append(
+            f"{differing} row(s) differ from the target's: "
+            + (
+                "--force would overwrite them"
+                if plan.force
+                else "they refuse the copy without --force"
+            )
+        )
+    lines += [f"--fill {f.fill} would fill {f.nulls} NULL(s)" for f in plan.fills]
+    lines += [f"refused: {problem}" for problem in plan.problems]
+    if plan.skipped:
+        lines.append("not copied (derived or bookkeeping):")
+        lines.append(Table(["TABLE", "REASON"], [(s.table, s.reason) for s in plan.skipped]))
+    if refusal is not None:
+        return Result(document, lines, EXIT_REFUSED, error=f"the copy would be refused: {refusal}")
+    return Result(document, lines)
+
+
+def _shape(created: bool, added_columns: list[str], *, planned: bool = False) -> str | None:
     """What the copy changed in a target table's shape, for the summary's last column."""
     if created:
-        return "table created"
+        return "table to create" if planned else "table created"
     if added_columns:
-        return f"columns added: {', '.join(added_columns)}"
+        return f"columns {'to add' if planned else 'added'}: {', '.join(added_columns)}"
     return None
 
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,22 @@ def run_demo(args: argparse.Namespace, out: Output) -> Result:
     logging.getLogger("gateway").setLevel(logging.WARNING)  # the narrative says what happens
     folder = Path(tempfile.mkdtemp(prefix="hermes-state-demo-"))
     path = folder / "state.db"
+    try:
+        delivered, final = _tell(path, out)
+    finally:
+        # Also when the story stops early (Ctrl-C, a closed pipe, a timeout): no leftovers.
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    if args.keep:
+        out.narrate(f"\nkept {path}")
+    return Result(
+        {"database": str(path) if args.keep else None, "delivered": delivered, "final": final}
+    )
+
+
+def _tell(path: Path, out: Output) -> tuple[list[str], dict[str, Mapping[str, Any] | None]]:
+    """The life cycle on the database at ``path``: who was delivered, and the final states."""
+    folder = path.parent
     out.narrate(f"A temporary embedded database: {path}\n")
     with SessionDB(path) as db:
         out.narrate("1. Three sessions start in the terminal, each with a transcript.")
@@ -142,16 +159,7 @@ def run_demo(args: argparse.Namespace, out: Output) -> Result:
         out.narrate(
             f"   charlie's transcript travelled along: {len(db.get_messages('charlie'))} messages"
         )
-        final = _states(db)
-    if args.keep:
-        out.narrate(f"\nkept {path}")
-    else:
-        for leftover in folder.iterdir():
-            leftover.unlink()
-        folder.rmdir()
-    return Result(
-        {"database": str(path) if args.keep else None, "delivered": delivered, "final": final}
-    )
+        return delivered, _states(db)
 
 
 def _start_gateway(path: Path, pid_file: Path) -> subprocess.Popen[bytes]:

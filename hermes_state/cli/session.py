@@ -185,7 +185,7 @@ def run_show(args: argparse.Namespace, out: Output) -> Result:
             return unknown_session(args.session_id)
         handoff = db.get_handoff_state(args.session_id)
         events = db.handoff_history(args.session_id)[-SHOWN_EVENTS:]
-        message_count = len(db.get_messages(args.session_id))
+        message_count = db.count_messages(args.session_id)
     document = {
         "session": row,
         "handoff": handoff,
