@@ -95,6 +95,10 @@ class AbsentStore(StoreSettings):
         self._plans.get_messages(session_id)
         return []
 
+    async def count_messages(self, session_id: str) -> int:
+        self._plans.count_messages(session_id)
+        return 0
+
     # -- handoff transitions ------------------------------------------------------------------
 
     async def request_handoff(self, session_id: str, platform: str) -> bool:

@@ -92,6 +92,10 @@ class Store(Protocol):
         """The live transcript, oldest first."""
         ...
 
+    def count_messages(self, session_id: str) -> int:
+        """How many messages ``get_messages`` would return (0 for an unknown session)."""
+        ...
+
     # -- handoff transitions ----------------------------------------------------------------
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
@@ -291,6 +295,8 @@ class AsyncStore(Protocol):
     ) -> int: ...
 
     async def get_messages(self, session_id: str) -> list[Row]: ...
+
+    async def count_messages(self, session_id: str) -> int: ...
 
     # -- handoff transitions ----------------------------------------------------------------
 
