@@ -343,7 +343,7 @@ class Patience:
     #: :meth:`polls`: each pause is at most this share of the time waited so far, and within
     #: ``min_poll`` and ``max_poll`` seconds.
     poll_share: float = 0.05
-    min_poll: float = 0.0005
+    min_poll: float = 0.001
     max_poll: float = 0.05
 
     def delays(self, where: str) -> Iterator[float]:
@@ -358,10 +358,11 @@ class Patience:
 
     def polls(self, where: str) -> Iterator[float]:
         """Pauses between tries at a lock that nothing wakes a waiter for (SQLite's write lock,
-        with SQLite's own busy wait off). A waiter learns that the lock is free within half a
-        millisecond or a twentieth of the time it has waited so far (``poll_share``), whichever
-        is longer, so a long wait costs few tries. Jittered, so waiters do not try in step;
-        raises :class:`DatabaseBusyError` once ``seconds`` have passed."""
+        with SQLite's own busy wait off). A waiter learns that the lock is free within a
+        millisecond (``min_poll``, SQLite's own first pause) or a twentieth of the time it has
+        waited so far (``poll_share``), whichever is longer, so a long wait costs few tries.
+        Jittered, so waiters do not try in step; raises :class:`DatabaseBusyError` once
+        ``seconds`` have passed."""
         started = time.monotonic()
         deadline = started + self.seconds
         while True:

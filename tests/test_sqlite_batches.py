@@ -206,8 +206,8 @@ def test_polls_never_oversleep_a_share_of_the_wait(monkeypatch: pytest.MonkeyPat
     with pytest.raises(DatabaseBusyError, match="more than 30 s"):
         next(schedule)
     assert clock.now - started == pytest.approx(30.0)
-    # Sub-millisecond at first, then no more than 1/20 of the wait: 30 s cost about a thousand
-    # tries, not the 80,000 that sub-millisecond polls would.
+    # A millisecond at most at first, then at most 1/20 of the wait: 30 s cost about a
+    # thousand tries, not the 40,000 that polls every millisecond would.
     assert 600 < pauses < 2000
 
 
