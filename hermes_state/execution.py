@@ -288,7 +288,9 @@ class SqliteThreadRunner(PooledRunner):
         super().__init__(engine, patience, where)
         self._dialect = engine.dialect
         self._local = threading.local()
-        self._compiled = _compiled_for(engine.dialect)
+        # Hits are looked up in a plain dict of this store's own; misses in the process's.
+        self._compiled: dict[Executable, _Compiled] = {}
+        self._compiled_in_process = _compiled_for(engine.dialect)
         self._open: weakref.WeakSet[_ThreadConnection] = weakref.WeakSet()
         self._closed = False
         self._probe: _ThreadConnection | None = None
@@ -342,8 +344,13 @@ class SqliteThreadRunner(PooledRunner):
             holder.discard()
 
     def _compile(self, statement: Executable) -> _Compiled:
-        compiled_once = self._compiled.get(statement)
+        try:
+            return self._compiled[statement]
+        except KeyError:
+            pass
+        compiled_once = self._compiled_in_process.get(statement)
         if compiled_once is not None:
+            self._compiled[statement] = compiled_once
             return compiled_once
         assert isinstance(statement, ClauseElement)
         compiled = statement.compile(dialect=self._dialect)
@@ -354,7 +361,8 @@ class SqliteThreadRunner(PooledRunner):
             bind = compiled.binds[name]
             constant = _CALLER if bind.required else bind.value
             slots.append((name, constant, bind.type.bind_processor(self._dialect)))
-        fast = self._compiled[statement] = _Compiled(compiled.string, tuple(slots))
+        fast = _Compiled(compiled.string, tuple(slots))
+        self._compiled[statement] = self._compiled_in_process[statement] = fast
         return fast
 
     def _execute_step(self, connection: sqlite3.Connection, step: Step) -> Outcome:
@@ -412,7 +420,7 @@ class SqliteThreadRunner(PooledRunner):
         super().close()
 
 
-#: What this runner compiled, per dialect flavour, for the whole process: stores opened one
+#: What the runners compiled, per dialect flavour, for the whole process: stores opened one
 #: after another (a gateway's profile stores, one per home; a CLI command's; a test's) compile
 #: each statement once, not once per store. Keyed weakly: a statement nothing builds any more
 #: (the builders cache theirs for good) takes its compiled form with it.

@@ -323,3 +323,27 @@ def test_processes_refused_the_lock_claim_each_row_once_oldest_first(path: Path)
     ]
     for earlier, later in pairwise(batches):
         assert max(earlier) < min(later), (earlier, later)
+
+
+def test_a_second_store_of_the_process_compiles_nothing_again(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled: list[str] = []
+    check = execution._require_plain
+
+    def counted(statement: Any, dialect: Any) -> None:
+        compiled.append(statement.string)
+        check(statement, dialect)
+
+    monkeypatch.setattr(execution, "_require_plain", counted)
+    monkeypatch.setattr(execution, "_COMPILED", {})  # as in a fresh process
+    with SessionDB(path, owner="gw-a", lease_seconds=LEASE) as first:
+        make_pending(first, "a", "b")
+        first.claim_pending_handoffs(1)
+        assert first.complete_handoffs(["a"]) == {"a": True}
+    assert compiled, "the first store compiled nothing: the check is blind"
+    del compiled[:]
+    with SessionDB(path, owner="gw-b", lease_seconds=LEASE) as second:
+        assert [row["id"] for row in second.claim_pending_handoffs(1)] == ["b"]
+        assert second.complete_handoffs(["b"]) == {"b": True}
+    assert compiled == []
