@@ -418,8 +418,8 @@ def _finish_claims(
         finished = {row["id"] for row in outcome.rows}
         return {session_id: session_id in finished for session_id in ids}
     if caps.name == "sqlite":
-        rows = [[session_id, attempt, error] for session_id, _, attempt, error in claims]
-        listed = {**params, "claims": _json(rows)}
+        by_id = {session_id: [attempt, error] for session_id, _, attempt, error in claims}
+        listed = {**params, "claims": _json(by_id)}
         moved = yield from _move(caps, statements.finish_claims_json(state, fenced), listed)
         finished = set() if moved is None else {row["id"] for row in moved.rows}
         return {session_id: session_id in finished for session_id in ids}
@@ -435,8 +435,8 @@ def _finish_claims(
     return done
 
 
-def _json(value: list[Any]) -> str:
-    """A list as the JSON text SQLite's ``json_each`` reads (UTF-8 as is, no escapes needed)."""
+def _json(value: list[Any] | dict[str, Any]) -> str:
+    """JSON text for SQLite's ``json_each`` (UTF-8 as is, no escapes needed)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -2,7 +2,7 @@
 
 * Statement counts, read on the wire (SQLite's trace callback): a batch claim is two
   statements, a batch completion or failure two, a lease renewal one, for one row as for fifty.
-* Per-row data through the JSON array the completions send: each row's own error (quotes,
+* Per-row data through the JSON object the completions send: each row's own error (quotes,
   backslashes, JSON syntax, non-ASCII) stored and audited as given.
 * The write lock is waited for by the store itself (SQLite's busy wait is off on the store's
   connections, on for ``_conn`` and for connections handed back to the pool), on the schedule of
@@ -96,13 +96,14 @@ def test_batches_cost_the_same_statements_whatever_their_size(path: Path, size: 
     assert counts == {"claim": 2, "renew": 1, "complete": 2, "fail": 2 if size > 1 else 0}
 
 
-def test_each_rows_error_goes_through_the_json_array_as_given(path: Path) -> None:
+def test_each_rows_error_goes_through_the_json_as_given(path: Path) -> None:
     errors = {
         "quotes": "he said \"no\" and 'never'",
         "json": '{"status": 403, "detail": ["a", "b"]}, [1, 2]',
         "backslash": "C:\\temp\\new \\u0041 \\n",
         "unicode": "délai dépassé \u2014 \U0001f680 日本",
         "nul": "before\x00after",
+        'id "quoted" \\ é': "the id is a JSON key too",
     }
     with SessionDB(path, owner="gw-a", lease_seconds=LEASE) as db:
         make_pending(db, *errors, started_at=1.0)
