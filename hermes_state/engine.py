@@ -42,6 +42,10 @@ __all__ = [
 ENV_URL: Final = "HERMES_STATE_URL"
 ENV_HOME: Final = "HERMES_HOME"
 # SQLite's own wait for a lock, per attempt; Patience retries attempts with jitter beyond it.
+# The store's own write transactions switch it off and poll instead (Patience.polls): SQLite
+# sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 ms between its tries, so a writer that has
+# waited 50 ms learns of a free lock up to 25 ms late, and one that waits behind another
+# process's back-to-back transactions never sees the short gaps between them.
 BUSY_TIMEOUT_MS: Final = 250
 # Transitions compare the rows an INSERT ... SELECT recorded with the rows the UPDATE changed;
 # SQLAlchemy keeps an INSERT's row count only when asked to.
@@ -329,12 +333,18 @@ class Patience:
     """How long a transaction keeps retrying lock contention before giving up.
 
     ``delays()`` yields jittered, growing sleeps (full jitter, so contending processes do not
-    retry in lockstep) until ``seconds`` have passed, then raises :class:`DatabaseBusyError`.
+    retry in lockstep) until ``seconds`` have passed, then raises :class:`DatabaseBusyError`;
+    ``polls()`` does the same for a lock the caller polls (see there).
     """
 
     seconds: float = 30.0
     first_delay: float = 0.002
     max_delay: float = 0.2
+    #: :meth:`polls`: each pause is at most this share of the time waited so far, and within
+    #: ``min_poll`` and ``max_poll`` seconds.
+    poll_share: float = 0.05
+    min_poll: float = 0.001
+    max_poll: float = 0.05
 
     def delays(self, where: str) -> Iterator[float]:
         deadline = time.monotonic() + self.seconds
@@ -342,9 +352,28 @@ class Patience:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise DatabaseBusyError(
-                    f"{where} stayed locked by another writer for more than {self.seconds:g} s; "
-                    "retry later, or find the process holding a long write transaction"
-                )
+                raise self._busy(where)
             yield min(remaining, random.uniform(0, ceiling))
             ceiling = min(self.max_delay, ceiling * 2)
+
+    def polls(self, where: str) -> Iterator[float]:
+        """Pauses between tries at a lock that nothing wakes a waiter for (SQLite's write lock,
+        with SQLite's own busy wait off). A waiter learns that the lock is free within a
+        millisecond (``min_poll``, SQLite's own first pause) or a twentieth of the time it has
+        waited so far (``poll_share``), whichever is longer, so a long wait costs few tries.
+        Jittered, so waiters do not try in step; raises :class:`DatabaseBusyError` once
+        ``seconds`` have passed."""
+        started = time.monotonic()
+        deadline = started + self.seconds
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise self._busy(where)
+            ceiling = min(self.max_poll, max(self.min_poll, (now - started) * self.poll_share))
+            yield min(deadline - now, random.uniform(ceiling / 2, ceiling))
+
+    def _busy(self, where: str) -> DatabaseBusyError:
+        return DatabaseBusyError(
+            f"{where} stayed locked by another writer for more than {self.seconds:g} s; "
+            "retry later, or find the process holding a long write transaction"
+        )

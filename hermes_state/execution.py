@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -30,7 +30,7 @@ from sqlalchemy import Connection, CursorResult, Engine, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-from .engine import READ_ONLY, Patience
+from .engine import BUSY_TIMEOUT_MS, READ_ONLY, Patience
 from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated, with_code_of
 from .plans import Body, Outcome, Plan, Step
 from .statements import Capabilities
@@ -49,8 +49,9 @@ __all__ = [
 T = TypeVar("T")
 
 #: Every transaction run again (lock contention, a deadlock or serialization victim, rows that
-#: changed under a transition) leaves one DEBUG record here, naming why: the one place tests and
-#: operators can see that a retry happened.
+#: changed under a transition) leaves a DEBUG record here, naming why: the one place tests and
+#: operators can see that a retry happened. The synchronous runners say each reason once per
+#: call: an SQLite writer polling a busy lock tries many times.
 retry_logger = logging.getLogger("hermes_state.retry")
 
 
@@ -108,12 +109,15 @@ def outcome_of(result: CursorResult[Any], step: Step) -> Outcome:
     return Outcome(rowcount=rowcount, rows=rows, lastrowid=lastrowid)
 
 
-def next_retry_delay(exc: Exception, delays: Iterator[float], where: str) -> float:
+def next_retry_delay(
+    exc: Exception, delays: Iterator[float], where: str, told: set[str] | None = None
+) -> float:
     """How long to wait before running a failed transaction again; raises when it must not be.
 
     Lock contention is retried until the store's patience runs out. Any other database error
     is raised as the package's own exception; anything else (a bug, a caller's exception inside
-    ``_execute_write``) propagates unchanged.
+    ``_execute_write``) propagates unchanged. The retry is logged unless its reason is in
+    ``told`` (to which it is added).
     """
     if not is_retryable(exc):
         raise_translated(exc, where)
@@ -122,7 +126,11 @@ def next_retry_delay(exc: Exception, delays: Iterator[float], where: str) -> flo
         delay = next(delays)
     except DatabaseBusyError as busy:
         raise with_code_of(busy, exc) from exc
-    retry_logger.debug("running a transaction on %s again: %s", where, _first_line(exc))
+    reason = _first_line(exc)
+    if told is None or reason not in told:
+        retry_logger.debug("running a transaction on %s again: %s", where, reason)
+        if told is not None:
+            told.add(reason)
     return delay
 
 
@@ -132,15 +140,17 @@ def _first_line(exc: Exception) -> str:
     return f"{type(cause).__name__}: {lines[0] if lines else ''}"
 
 
-def retrying(attempt: Callable[[], T], patience: Patience, where: str) -> T:
-    """Run ``attempt`` until it succeeds, retrying lock contention within ``patience``."""
+def retrying(attempt: Callable[[], T], schedule: Callable[[str], Iterator[float]], where: str) -> T:
+    """Run ``attempt`` until it succeeds, retrying lock contention with the pauses of
+    ``schedule`` (a :class:`Patience` method), each reason logged once."""
     delays: Iterator[float] | None = None
+    told: set[str] = set()
     while True:
         try:
             return attempt()
         except Exception as exc:
-            delays = delays or patience.delays(where)
-            time.sleep(next_retry_delay(exc, delays, where))
+            delays = delays or schedule(where)
+            time.sleep(next_retry_delay(exc, delays, where, told))
 
 
 class WriteConnection:
@@ -187,14 +197,14 @@ class PooledRunner:
                         plan.start(self._caps), lambda step: self._execute(connection, step)
                     )
 
-        return plan.finish(retrying(attempt, self._patience, self._where))
+        return plan.finish(retrying(attempt, self._patience.delays, self._where))
 
     def run_callable(self, fn: Callable[[WriteConnection], T]) -> T:
         def attempt() -> T:
             with self._engine.begin() as connection:
                 return fn(WriteConnection(connection))
 
-        return retrying(attempt, self._patience, self._where)
+        return retrying(attempt, self._patience.delays, self._where)
 
     def change_token(self) -> int | None:
         """Servers have no cheap change counter: None means "look"."""
@@ -228,18 +238,47 @@ class _Compiled:
 
 
 class _ThreadConnection:
-    """The DBAPI connection one thread keeps, checked out of the engine's pool."""
+    """The DBAPI connection one thread keeps, checked out of the engine's pool.
 
-    __slots__ = ("__weakref__", "dbapi", "pooled")
+    ``polled``: SQLite's busy wait is off on it while the runner holds it, since the runner
+    polls for the write lock itself (:meth:`Patience.polls`); it goes back to the pool with the
+    engine's setting.
+    """
 
-    def __init__(self, engine: Engine) -> None:
+    __slots__ = ("__weakref__", "closed", "dbapi", "polled", "pooled")
+
+    def __init__(self, engine: Engine, *, polled: bool = False) -> None:
         self.pooled = engine.raw_connection()
         self.dbapi: sqlite3.Connection = self.pooled.driver_connection  # type: ignore[assignment]
+        self.polled = polled
+        self.closed = False
+        if polled:
+            try:
+                self.dbapi.execute("PRAGMA busy_timeout = 0")
+            except BaseException:
+                self.pooled.invalidate()
+                raise
 
     def close(self) -> None:
-        # Runs at thread exit too, where an exception would only be printed.
+        # Runs at thread exit too (maybe after the store closed it), where an exception would
+        # only be printed.
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.polled:
+                self.dbapi.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.pooled.invalidate()  # never back into the pool without its busy wait
+            return
         with contextlib.suppress(Exception):
             self.pooled.close()
+
+    def discard(self) -> None:
+        """Close it for good, never to be pooled again (it failed)."""
+        self.closed = True
+        self.pooled.invalidate()
 
 
 class SqliteThreadRunner(PooledRunner):
@@ -249,7 +288,9 @@ class SqliteThreadRunner(PooledRunner):
         super().__init__(engine, patience, where)
         self._dialect = engine.dialect
         self._local = threading.local()
+        # Hits are looked up in a plain dict of this store's own; misses in the process's.
         self._compiled: dict[Executable, _Compiled] = {}
+        self._compiled_in_process = _compiled_for(engine.dialect)
         self._open: weakref.WeakSet[_ThreadConnection] = weakref.WeakSet()
         self._closed = False
         self._probe: _ThreadConnection | None = None
@@ -275,29 +316,42 @@ class SqliteThreadRunner(PooledRunner):
     def _connection(self) -> sqlite3.Connection:
         holder: _ThreadConnection | None = getattr(self._local, "holder", None)
         if holder is None:
-            if self._closed:
-                raise DatabaseError(f"the store for {self._where} is closed")
-            holder = _ThreadConnection(self._engine)
-            self._local.holder = holder
-            self._open.add(holder)
-            weakref.finalize(threading.current_thread(), holder.close)
+            holder = self._local.holder = self._open_for_thread(polled=True)
         return holder.dbapi
 
+    def _open_for_thread(self, *, polled: bool) -> _ThreadConnection:
+        if self._closed:
+            raise DatabaseError(f"the store for {self._where} is closed")
+        holder = _ThreadConnection(self._engine, polled=polled)
+        self._open.add(holder)
+        weakref.finalize(threading.current_thread(), holder.close)
+        return holder
+
     def thread_connection(self) -> sqlite3.Connection:
-        """The calling thread's DBAPI connection, opened on first use."""
-        return self._connection()
+        """The calling thread's DBAPI connection for SQL sent outside the store's plans, opened
+        on first use. Not the one the plans run on: that one polls for the write lock with
+        SQLite's busy wait off, and raw SQL on it would then fail at the first contention;
+        this one waits for a lock as every engine connection does (``BUSY_TIMEOUT_MS``)."""
+        holder: _ThreadConnection | None = getattr(self._local, "outside", None)
+        if holder is None:
+            holder = self._local.outside = self._open_for_thread(polled=False)
+        return holder.dbapi
 
     def _drop_connection(self) -> None:
         holder: _ThreadConnection | None = getattr(self._local, "holder", None)
         if holder is not None:
             self._local.holder = None
-            holder.pooled.invalidate()
+            holder.discard()
 
     def _compile(self, statement: Executable) -> _Compiled:
         try:
             return self._compiled[statement]
         except KeyError:
             pass
+        compiled_once = self._compiled_in_process.get(statement)
+        if compiled_once is not None:
+            self._compiled[statement] = compiled_once
+            return compiled_once
         assert isinstance(statement, ClauseElement)
         compiled = statement.compile(dialect=self._dialect)
         assert isinstance(compiled, SQLCompiler)
@@ -307,7 +361,8 @@ class SqliteThreadRunner(PooledRunner):
             bind = compiled.binds[name]
             constant = _CALLER if bind.required else bind.value
             slots.append((name, constant, bind.type.bind_processor(self._dialect)))
-        fast = self._compiled[statement] = _Compiled(compiled.string, tuple(slots))
+        fast = _Compiled(compiled.string, tuple(slots))
+        self._compiled[statement] = self._compiled_in_process[statement] = fast
         return fast
 
     def _execute_step(self, connection: sqlite3.Connection, step: Step) -> Outcome:
@@ -316,7 +371,8 @@ class SqliteThreadRunner(PooledRunner):
         if cursor.description is None:
             return Outcome(rowcount=cursor.rowcount, rows=[], lastrowid=cursor.lastrowid)
         names = [column[0] for column in cursor.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        # strict=False: a cursor's rows have its description's length; checking costs ~30%.
+        rows = [dict(zip(names, row, strict=False)) for row in cursor.fetchall()]
         return Outcome(rowcount=cursor.rowcount, rows=rows)
 
     def run(self, plan: Plan[T]) -> T:
@@ -334,7 +390,7 @@ class SqliteThreadRunner(PooledRunner):
                 raise
             return result
 
-        return plan.finish(retrying(attempt, self._patience, self._where))
+        return plan.finish(retrying(attempt, self._patience.polls, self._where))
 
     def change_token(self) -> int | None:
         """SQLite's ``PRAGMA data_version`` on a connection that never writes: it changes
@@ -362,6 +418,23 @@ class SqliteThreadRunner(PooledRunner):
             holder.close()
         self._local = threading.local()
         super().close()
+
+
+#: What the runners compiled, per dialect flavour, for the whole process: stores opened one
+#: after another (a gateway's profile stores, one per home; a CLI command's; a test's) compile
+#: each statement once, not once per store. Keyed weakly: a statement nothing builds any more
+#: (the builders cache theirs for good) takes its compiled form with it.
+_COMPILED: dict[Hashable, weakref.WeakKeyDictionary[Executable, _Compiled]] = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def _compiled_for(dialect: Any) -> weakref.WeakKeyDictionary[Executable, _Compiled]:
+    # Everything compilation reads from the dialect: its class, paramstyle and the version of
+    # the library it talks to (which decides e.g. RETURNING); the same for every engine of one
+    # process, so in practice there is one entry.
+    flavour = (type(dialect), dialect.paramstyle, dialect.server_version_info)
+    with _COMPILED_LOCK:
+        return _COMPILED.setdefault(flavour, weakref.WeakKeyDictionary())
 
 
 def _require_plain(compiled: SQLCompiler, dialect: Any) -> None:

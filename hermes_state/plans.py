@@ -204,6 +204,13 @@ class ClaimLedger:
             self._attempts[session_id] = attempt
         return True
 
+    def record_claimed(self, rows: list[Row]) -> list[Row]:
+        """Record every row of a claimed batch (its ``id`` and ``handoff_attempt``)."""
+        attempts = {row["id"]: int(row["handoff_attempt"]) for row in rows}
+        with self._lock:
+            self._attempts.update(attempts)
+        return rows
+
     def fence(
         self, session_id: str, ownership: Ownership | None
     ) -> tuple[statements.Fence, dict[str, Any]]:
@@ -325,6 +332,7 @@ def _move(
     moves), the transaction is rolled back and run again.
     """
     if caps.single_statement:
+        assert transition.single is not None, "a move built for SQLite only"
         moved = yield Step(transition.single, params)
         return moved if moved.rows else None
     recorded = yield Step(transition.record, params)
@@ -398,14 +406,22 @@ Claim = tuple[str, statements.Fence, int | None, str | None]
 def _finish_claims(
     caps: Capabilities, state: HandoffState, claims: list[Claim], params: Mapping[str, Any]
 ) -> Body[dict[str, bool]]:
-    """Finish each claim: one statement where the dialect allows, else one transition per row
-    in this one transaction. ``{id: finished}``, refused ones False."""
+    """Finish each claim: one statement on PostgreSQL, two on SQLite (the events, then the
+    rows), else one transition per row in this one transaction. ``{id: finished}``, refused
+    ones False."""
+    fenced = any(fence is not statements.Fence.NONE for _, fence, _, _ in claims)
+    ids = [session_id for session_id, _, _, _ in claims]
     if caps.single_statement:
-        fenced = any(fence is not statements.Fence.NONE for _, fence, _, _ in claims)
-        ids, _fences, attempts, errors = (list(column) for column in zip(*claims, strict=True))
+        _ids, _fences, attempts, errors = (list(column) for column in zip(*claims, strict=True))
         arrays = {**params, "ids": ids, "attempts": attempts, "errors": errors}
         outcome = yield Step(statements.finish_claims(state, fenced), arrays)
         finished = {row["id"] for row in outcome.rows}
+        return {session_id: session_id in finished for session_id in ids}
+    if caps.name == "sqlite":
+        by_id = {session_id: [attempt, error] for session_id, _, attempt, error in claims}
+        listed = {**params, "claims": _json(by_id)}
+        moved = yield from _move(caps, statements.finish_claims_json(state, fenced), listed)
+        finished = set() if moved is None else {row["id"] for row in moved.rows}
         return {session_id: session_id in finished for session_id in ids}
     done: dict[str, bool] = {}
     for session_id, fence, attempt, error in claims:
@@ -419,11 +435,20 @@ def _finish_claims(
     return done
 
 
+def _json(value: list[Any] | dict[str, Any]) -> str:
+    """JSON text for SQLite's ``json_each`` (UTF-8 as is, no escapes needed)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def _renew(
     caps: Capabilities, session_ids: list[str], params: Mapping[str, Any]
 ) -> Body[list[str]]:
     if caps.single_statement:
         outcome = yield Step(statements.renew_leases(), {**params, "ids": session_ids})
+        return sorted(row["id"] for row in outcome.rows)
+    if caps.name == "sqlite":
+        listed = {**params, "ids": _json(session_ids)}
+        outcome = yield Step(statements.renew_leases_json(), listed)
         return sorted(row["id"] for row in outcome.rows)
     renewed = []
     for session_id in session_ids:
@@ -662,10 +687,7 @@ class PlanBook:
         )
 
     def _record_claims(self, rows: list[Row]) -> list[Row]:
-        if self.ownership is not None:
-            for row in rows:
-                self.ledger.record(row["id"], int(row["handoff_attempt"]))
-        return rows
+        return rows if self.ownership is None else self.ledger.record_claimed(rows)
 
     def complete_handoff(self, session_id: object) -> Plan[bool]:
         params = self._transition_params(session_id)

@@ -39,6 +39,8 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.util import ClauseAdapter
 
 from .models import (
@@ -75,6 +77,7 @@ __all__ = [
     "expire_turn_lease",
     "fail_handoff",
     "finish_claims",
+    "finish_claims_json",
     "get_handoff_state",
     "get_messages",
     "get_session",
@@ -97,6 +100,7 @@ __all__ = [
     "release_turn_lease",
     "renew_lease",
     "renew_leases",
+    "renew_leases_json",
     "request_handoff",
     "running_by_owner",
     "state_is",
@@ -173,6 +177,16 @@ def _literal(state: HandoffState) -> ColumnElement[str]:
 def state_is(state: HandoffState) -> ColumnElement[bool]:
     """``handoff_state = '<state>'`` with the state as a literal (see the module docstring)."""
     return _c.handoff_state == _literal(state)
+
+
+def _state_is_unindexed(state: HandoffState) -> ColumnElement[bool]:
+    """``+handoff_state = '<state>'``: SQLite's unary ``+`` keeps the term off every index, for
+    a statement that must reach its few rows by key while also testing their state (without it,
+    SQLite may walk the whole partial index of that state, testing each row against the keys)."""
+    unindexed: UnaryExpression[str] = UnaryExpression(
+        _c.handoff_state, operator=operators.custom_op("+")
+    )
+    return unindexed == _literal(state)
 
 
 def _state_in(states: Iterable[HandoffState | None]) -> ColumnElement[bool]:
@@ -336,11 +350,12 @@ class Transition:
     the rows (``locked``, keeping their state as ``from_state``), moves them (``moved``) and
     records their events from what moved, then returns each moved row's ``id`` and
     ``handoff_attempt`` (and, for requests, wakes LISTENing watchers with ``pg_notify``).
+    None for a move built for SQLite only.
     """
 
     record: Insert
     apply: Update
-    single: Select[Any]
+    single: Select[Any] | None
 
 
 def _transition(
@@ -506,13 +521,18 @@ def _pending_on(by_platform: bool) -> ColumnElement[bool]:
     return and_(pending, _c.handoff_platform == bindparam("platform", type_=String()))
 
 
-def _oldest_pending(by_platform: bool) -> Select[tuple[str]]:
+def _oldest_pending(by_platform: bool, key: ColumnElement[Any] = _c.id) -> Select[Any]:
     return (
-        select(_c.id)
+        select(key)
         .where(_pending_on(by_platform))
         .order_by(_c.started_at, _c.id)
         .limit(bindparam("limit"))
     )
+
+
+#: SQLite's own key of a ``sessions`` row (upstream's table and ours are rowid tables): the
+#: pending index holds it, so the rows a subquery picks are reached without a second index.
+_ROWID = literal_column(f"{sessions.name}.rowid", Integer())
 
 
 def _claim_where(condition: ColumnElement[bool]) -> Transition:
@@ -558,8 +578,10 @@ def claim_pending_transition(by_platform: bool) -> Transition:
     ordered, limited subquery. ``BEGIN IMMEDIATE`` made the transaction the only writer, so
     both statements see the same rows."""
     # No state test beside the subquery's: SQLite would then walk every pending row through
-    # the partial index to test membership, instead of looking up the few ids by key.
-    transition = _claim_where(_c.id.in_(_oldest_pending(by_platform)))
+    # the partial index to test membership, instead of looking up the few rows by key. The
+    # key is the rowid, which the pending index carries: by id, every row picked would be
+    # looked up in the primary key's index first.
+    transition = _claim_where(_ROWID.in_(_oldest_pending(by_platform, _ROWID)))
     return Transition(transition.record, transition.apply.returning(*sessions.c), transition.single)
 
 
@@ -636,10 +658,7 @@ def finish_claims(state: HandoffState, fenced: bool) -> Select[tuple[str]]:
         .table_valued("id", "attempt", "error")
         .render_derived(with_types=False)
     )
-    condition = and_(_c.id == claims.c.id, state_is(HandoffState.RUNNING))
-    if fenced:
-        same_attempt = or_(claims.c.attempt.is_(None), _c.handoff_attempt == claims.c.attempt)
-        condition = and_(condition, _c.handoff_owner == bindparam("owner"), same_attempt)
+    condition = _finishable(claims, fenced, state_is(HandoffState.RUNNING))
     locked = (
         select(_c.id, claims.c.error)
         .where(condition)
@@ -666,6 +685,75 @@ def finish_claims(state: HandoffState, fenced: bool) -> Select[tuple[str]]:
     )
     recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
     return select(moved.c.id).add_cte(recorded)
+
+
+def _finishable(claims: Any, fenced: bool, running: ColumnElement[bool]) -> ColumnElement[bool]:
+    """The session rows named by ``claims`` (columns ``id``, ``attempt``) that may be finished:
+    ``running`` and, with ``fenced``, running under ``:owner`` and, where the claim gives an
+    attempt, under that attempt (:attr:`Fence.CLAIM`; else :attr:`Fence.OWNER`)."""
+    condition = and_(_c.id == claims.c.id, running)
+    if not fenced:
+        return condition
+    same_attempt = or_(claims.c.attempt.is_(None), _c.handoff_attempt == claims.c.attempt)
+    return and_(condition, _c.handoff_owner == bindparam("owner"), same_attempt)
+
+
+def _json_each(name: str) -> Any:
+    """SQLite: the members of the JSON array or object bound as ``:name``, as a table (``key``,
+    ``value``). One compiled statement then takes any number of rows: the fast runner sends no
+    expanding ``IN`` lists, whose SQL changes with their length."""
+    return func.json_each(bindparam(name, type_=Text())).table_valued("key", "value").alias(name)
+
+
+@functools.cache
+def finish_claims_json(state: HandoffState, fenced: bool) -> Transition:
+    """SQLite: running -> ``state`` for many rows in two statements, whatever their number:
+    the claims are ``:claims``, a JSON object of ``{id: [attempt, error]}`` (attempt and error
+    may be null), fenced per row as in :func:`finish_claims`. The events carry each row's error;
+    ``apply`` returns the ids that moved. Both statements walk the claims and reach each row by
+    its key (the state test is kept off the running index, see :func:`_state_is_unindexed`).
+    Keyed by id, a member costs two JSON lookups, not three."""
+    each = _json_each("claims")
+    claims = select(
+        each.c.key.label("id"),
+        func.json_extract(each.c.value, "$[0]").label("attempt"),
+        func.json_extract(each.c.value, "$[1]").label("error"),
+    ).subquery("claims")
+    condition = _finishable(claims, fenced, _state_is_unindexed(HandoffState.RUNNING))
+    error = None if state is HandoffState.COMPLETED else claims.c.error
+    event = (
+        select(
+            _c.id,
+            _literal(HandoffState.RUNNING),
+            _literal(state),
+            bindparam("now", type_=Double()),
+            bindparam("actor", type_=String()),
+            _c.handoff_attempt,
+            null() if error is None else error,
+        )
+        .select_from(claims.join(sessions, _c.id == claims.c.id))
+        .where(condition)
+    )
+    record = handoff_events.insert().from_select(EVENT_COLUMNS, event)
+    apply = sessions.update().where(condition).values(**_finished(state, error)).returning(_c.id)
+    return Transition(record, apply, None)
+
+
+@functools.cache
+def renew_leases_json() -> Update:
+    """SQLite: extend in one statement the leases of the ``:ids`` (a JSON array) this owner
+    still holds, reaching each by key; returns the ids renewed."""
+    ids = select(_json_each("ids").c.value)
+    return (
+        sessions.update()
+        .where(
+            _c.id.in_(ids),
+            _state_is_unindexed(HandoffState.RUNNING),
+            _c.handoff_owner == bindparam("owner"),
+        )
+        .values(handoff_lease_expires_at=bindparam("lease_expires_at"))
+        .returning(_c.id)
+    )
 
 
 @functools.cache

@@ -103,6 +103,14 @@ MUTANTS = [
         ("tests/test_ownership.py",),
     ),
     Mutant(
+        "batch-fence",
+        "a batch completion finishes each row only under the attempt this store claimed",
+        "hermes_state/statements.py",
+        '    return and_(condition, _c.handoff_owner == bindparam("owner"), same_attempt)',
+        '    return and_(condition, _c.handoff_owner == bindparam("owner"))',
+        ("tests/test_sqlite_batches.py", "tests/test_batch_claims.py"),
+    ),
+    Mutant(
         "lease-renewal",
         "renew_handoff_leases extends the leases this owner still holds",
         "hermes_state/plans.py",

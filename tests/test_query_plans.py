@@ -71,7 +71,7 @@ def compiled(statement: Executable, connection: Connection) -> tuple[str, Any]:
 
 
 def touches_sessions(sql: str) -> bool:
-    return bool(re.search(r"\b(FROM|UPDATE)\s+sessions\b", sql, re.IGNORECASE))
+    return bool(re.search(r"\b(FROM|UPDATE|JOIN)\s+sessions\b", sql, re.IGNORECASE))
 
 
 # -- SQLite ---------------------------------------------------------------------------------
@@ -189,30 +189,95 @@ def test_sqlite_store_sends_indexed_polling_sql(
     assert any(sqlite_uses(plan, index) for plan in plans), list(zip(polled, plans, strict=True))
 
 
+def forget_statistics(path: Path) -> None:
+    """A store's own files have no statistics until someone runs ANALYZE."""
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("DELETE FROM sqlite_stat1")
+
+
+def sent_plans(
+    path: Path, run: Callable[[SessionDB], object], **store: Any
+) -> tuple[object, list[list[str]]]:
+    """What ``run`` returns through a store, and the query plan of every statement about
+    sessions it sent."""
+    with sqlite_wire() as sent, SessionDB(path, **store) as db:
+        del sent[:]
+        result = run(db)
+        statements_sent = [sql for sql in sent if touches_sessions(sql)]
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return result, [sqlite_explain(connection, sql) for sql in statements_sent]
+
+
 @pytest.mark.parametrize("analysed", [False, True], ids=["no-statistics", "analysed"])
 def test_sqlite_batch_claim_finds_its_rows_by_key(sqlite_path: Path, analysed: bool) -> None:
     """The batch claim walks the pending index once, in its subquery, and reaches the rows it
-    claims by primary key: never every pending row per claimed one."""
+    claims by rowid (which the index holds): never every pending row per claimed one, and no
+    detour through the primary key's index."""
     fill_sqlite(sqlite_path, total=3000, pending=500, running=2)
-    if not analysed:  # a store's own files have no statistics until someone runs ANALYZE
-        with contextlib.closing(sqlite3.connect(sqlite_path)) as connection, connection:
-            connection.execute("DELETE FROM sqlite_stat1")
-    with sqlite_wire() as sent, SessionDB(sqlite_path) as db:
-        del sent[:]
-        assert len(db.claim_pending_handoffs(2)) == 2
-        claimed = [sql for sql in sent if touches_sessions(sql)]
-    connection = sqlite3.connect(sqlite_path)
-    try:
-        plans = [sqlite_explain(connection, sql) for sql in claimed]
-    finally:
-        connection.close()
-    assert len(plans) == 2, claimed  # the events, then the update
+    if not analysed:
+        forget_statistics(sqlite_path)
+    claimed, plans = sent_plans(sqlite_path, lambda db: db.claim_pending_handoffs(2))
+    assert [row["id"] for row in claimed] == ["s000000", "s000001"]  # type: ignore[attr-defined]
+    assert len(plans) == 2, plans  # the events, then the update
     for plan in plans:
         outer, *subquery = plan
-        assert re.match(
-            r"SEARCH sessions USING (COVERING )?INDEX sqlite_autoindex_sessions_1 \(id=\?\)", outer
-        ), plan
+        assert outer == "SEARCH sessions USING INTEGER PRIMARY KEY (rowid=?)", plan
         assert any(sqlite_uses([step], PENDING_INDEX) for step in subquery), plan
+        assert_no_sqlite_scan(plan)
+
+
+BY_PRIMARY_KEY = r"SEARCH sessions USING (COVERING )?INDEX sqlite_autoindex_sessions_1 \(id=\?\)"
+
+# Finishing or renewing a few of many running rows: each statement walks the ids it was given
+# (a JSON array) and looks each row up by key; the running index, which holds every running
+# row, is not walked.
+FINISHERS: list[tuple[str, Callable[[SessionDB], object], object]] = [
+    (
+        "complete_handoffs",
+        lambda db: db.complete_handoffs(["s000010", "s000011", "nobody"]),
+        {"s000010": True, "s000011": True, "nobody": False},
+    ),
+    (
+        "fail_handoffs",
+        lambda db: db.fail_handoffs({"s000010": "gone", "nobody": "x"}),
+        {"s000010": True, "nobody": False},
+    ),
+    ("renew_handoff_leases", lambda db: db.renew_handoff_leases(["s000010", "nobody"]), None),
+]
+
+
+@pytest.mark.parametrize("analysed", [False, True], ids=["no-statistics", "analysed"])
+@pytest.mark.parametrize("owner", [None, "gw-a"], ids=["ownerless", "fenced"])
+@pytest.mark.parametrize(
+    ("name", "run", "expected"), FINISHERS, ids=[name for name, _, _ in FINISHERS]
+)
+def test_sqlite_batch_finishes_reach_their_rows_by_key(
+    sqlite_path: Path,
+    analysed: bool,
+    owner: str | None,
+    name: str,
+    run: Callable[..., object],
+    expected: object,
+) -> None:
+    fill_sqlite(sqlite_path, total=3000, pending=2, running=2500)
+    with contextlib.closing(sqlite3.connect(sqlite_path)) as connection, connection:
+        connection.execute("UPDATE sessions SET handoff_owner = 'gw-a', handoff_attempt = 1")
+    if not analysed:
+        forget_statistics(sqlite_path)
+    store = {"owner": owner, "lease_seconds": 60.0} if owner else {}
+    result, plans = sent_plans(sqlite_path, run, **store)
+    if name == "renew_handoff_leases":
+        # Nothing is leased without an owner: nothing is renewed, nothing sent.
+        assert result == (["s000010"] if owner else [])
+        assert len(plans) == (1 if owner else 0), plans
+    else:
+        assert result == expected
+        assert len(plans) == 2, plans  # the events, then the rows
+    for plan in plans:
+        assert any(re.match(r"SCAN (claims|ids) VIRTUAL TABLE", step) for step in plan), plan
+        assert any(re.match(BY_PRIMARY_KEY, step) for step in plan), plan
+        assert not sqlite_uses(plan, RUNNING_INDEX), plan
+        assert_no_sqlite_scan(plan)
 
 
 def test_sqlite_polling_results_match(sqlite_path: Path) -> None:
