@@ -36,6 +36,7 @@ __all__ = [
     "make_engine",
     "read_only_file_uri",
     "resolve_url",
+    "server_closed",
     "with_driver",
 ]
 
@@ -285,17 +286,23 @@ def _driver_installed(url: URL) -> Iterator[None]:
         ) from None
 
 
-def _refuse_connections_the_server_closed(
-    dbapi_connection: Any, _record: ConnectionPoolEntry, _proxy: Any
-) -> None:
-    """Replace a pooled psycopg connection the server closed while it sat idle.
+def server_closed(dbapi_connection: Any) -> bool:
+    """Whether the server closed this idle psycopg connection, found without a round trip.
 
     An idle connection gets no data from the server unless it is going away: a terminated
     backend or a server shutting down sends its FATAL message and closes the socket. So a
-    socket with input waiting (or already closed) is a dead connection, found without a round
-    trip; raising DisconnectionError makes the pool discard it and check out another.
+    socket with input waiting (or already closed) is a dead connection.
     """
-    if dbapi_connection.closed or _has_input(dbapi_connection.fileno()):
+    return bool(dbapi_connection.closed) or _has_input(dbapi_connection.fileno())
+
+
+def _refuse_connections_the_server_closed(
+    dbapi_connection: Any, _record: ConnectionPoolEntry, _proxy: Any
+) -> None:
+    """Replace a pooled psycopg connection the server closed while it sat idle (see
+    :func:`server_closed`): raising DisconnectionError makes the pool discard it and check out
+    another."""
+    if server_closed(dbapi_connection):
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 

@@ -29,6 +29,7 @@ from sqlalchemy import (
     Text,
     Update,
     and_,
+    any_,
     bindparam,
     case,
     exists,
@@ -657,11 +658,15 @@ def finish_claims(state: HandoffState, fenced: bool) -> Select[tuple[str]]:
 
 @functools.cache
 def renew_leases() -> Select[tuple[str]]:
-    """PostgreSQL: extend in one statement the leases of the ``:ids`` this owner still holds,
-    locking them in id order (as a reclaim does); returns the ids renewed."""
+    """PostgreSQL: extend in one statement the leases of the ``:ids`` (an array, so the
+    statement's text is the same for any number of ids) this owner still holds, locking them in
+    id order (as a reclaim does); returns the ids renewed."""
+    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds this
+
+    ids = any_(bindparam("ids", type_=ARRAY(String())))
     locked = (
         select(_c.id)
-        .where(_c.id.in_(bindparam("ids", expanding=True)), _running_under(Fence.OWNER))
+        .where(_c.id == ids, _running_under(Fence.OWNER))
         .order_by(_c.id)
         .with_for_update()
         .cte("locked")
