@@ -382,6 +382,9 @@ def _require_plain(compiled: SQLCompiler, dialect: Any) -> None:
 #: What a plan of several statements runs in: the engine's isolation level, as SQLAlchemy's
 #: psycopg dialect would begin it.
 _PG_BEGIN: Final = "BEGIN ISOLATION LEVEL READ COMMITTED"
+#: The statement builders are cached, so their statements are few; this bounds the cache if a
+#: caller builds a statement per call.
+_MAX_COMPILED: Final = 500
 
 
 @dataclass(slots=True)
@@ -542,6 +545,8 @@ class PostgresRunner(PooledRunner):
             slots.append((out, bind.key, constant, processor))
         columns = tuple(getattr(compiled.statement, "exported_columns", ()))
         fast = _NamedCompiled(compiled.string, tuple(slots), columns)
+        if len(self._compiled) >= _MAX_COMPILED:  # statements built per call: do not grow
+            self._compiled.clear()
         self._compiled[statement] = fast
         return fast
 
