@@ -453,11 +453,13 @@ def _claimed_values() -> dict[str, Any]:
 
 
 @functools.cache
-def claim_handoff(returning: bool) -> Transition:
+def claim_handoff(returning: bool, audit_returning: bool = False) -> Transition:
     """pending -> running: a compare-and-swap, so exactly one concurrent claimer wins.
 
     Stamps the claimer's ``:owner`` and ``:lease_expires_at`` (both may be NULL) and counts the
-    attempt, returned by ``apply`` where the dialect can (else read with :func:`claimed_attempt`).
+    attempt, returned by ``apply`` where the dialect can (``returning``), else by ``record``
+    where its INSERT can return rows (``audit_returning``, MariaDB: the event records the
+    attempt the move makes, on the row it locked), else read with :func:`claimed_attempt`.
     A row another transaction has locked is skipped (``SKIP LOCKED`` on servers): its claimer
     loses at once instead of queueing behind the winner, which is what lets several gateways
     claim in parallel.
@@ -469,11 +471,13 @@ def claim_handoff(returning: bool) -> Transition:
         attempt=_c.handoff_attempt + 1,
         skip_locked=True,
     )
-    if not returning:
-        return transition
-    return Transition(
-        transition.record, transition.apply.returning(_c.handoff_attempt), transition.single
-    )
+    if returning:
+        apply = transition.apply.returning(_c.handoff_attempt)
+        return Transition(transition.record, apply, transition.single)
+    if audit_returning:
+        record = transition.record.returning(handoff_events.c.attempt.label("handoff_attempt"))
+        return Transition(record, transition.apply, transition.single)
+    return transition
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@ class Wire:
     statements: list[Sent] = field(default_factory=list)
     #: Round trips per backend name, filled in when the wire is taken off.
     round_trips: dict[str, int] = field(default_factory=dict)
+    #: Every command PyMySQL wrote: (command byte, its text), e.g. (3, "COMMIT") or (14, "").
+    commands: list[tuple[int, str]] = field(default_factory=list)
     _traces: dict[int, tuple[Any, IO[bytes]]] = field(default_factory=dict)
 
     def saw_pg(self, connection: Any, sql: Any, params: Any) -> None:
@@ -56,7 +58,9 @@ class Wire:
     def saw_mysql(self, connection: Any, sql: str, params: Any) -> None:
         self.statements.append(Sent(sql, params, bool(connection.get_autocommit())))
 
-    def command(self) -> None:
+    def command(self, command: int, sql: Any) -> None:
+        text = sql if isinstance(sql, str) else bytes(sql).decode(errors="replace")
+        self.commands.append((command, text))
         self.round_trips["mysql"] = self.round_trips.get("mysql", 0) + 1
 
     def finish(self) -> None:
@@ -92,7 +96,7 @@ def driver_wire() -> Iterator[Wire]:
         return mysql_execute(cursor, query, args)
 
     def on_command(connection: Any, command: int, sql: Any) -> Any:
-        wire.command()
+        wire.command(command, sql)
         return mysql_command(connection, command, sql)
 
     with pytest.MonkeyPatch.context() as patch:
