@@ -32,6 +32,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    cast,
     exists,
     func,
     literal,
@@ -524,9 +525,13 @@ def claim_pending_statement(by_platform: bool) -> Select[Any]:
     concurrent claimers take disjoint rows instead of waiting), moves them, records their
     events, and returns the rows as claimed."""
     picked = _oldest_pending(by_platform).with_for_update(skip_locked=True).cte("picked")
+    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds this
+
+    # The ids as one array, so the rows are fetched by key (a join may scan the table).
+    chosen = cast(select(func.array_agg(picked.c.id)).scalar_subquery(), ARRAY(String()))
     moved = (
         sessions.update()
-        .where(_c.id == picked.c.id)
+        .where(_c.id == any_(chosen))
         .values(**_claimed_values())
         .returning(*sessions.c)
         .cte("moved")
