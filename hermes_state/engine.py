@@ -300,13 +300,13 @@ def server_closed(dbapi_connection: Any) -> bool:
     sends its last message and closes the socket. So a socket with input waiting (or already
     closed) is a dead connection.
     """
-    if _PYMYSQL_SOCKET in type(dbapi_connection).__module__:
+    if _PYMYSQL_MODULE in type(dbapi_connection).__module__:
         sock = getattr(dbapi_connection, "_sock", None)  # PyMySQL keeps no public handle
         return sock is None or _has_input(sock.fileno())
     return bool(dbapi_connection.closed) or _has_input(dbapi_connection.fileno())
 
 
-_PYMYSQL_SOCKET: Final = "pymysql"
+_PYMYSQL_MODULE: Final = "pymysql"
 #: PyMySQL's SERVER_STATUS_IN_TRANS: the server's last answer said a transaction is open.
 _MYSQL_IN_TRANSACTION: Final = 0x0001
 #: In a pooled connection's ``info``: SQLAlchemy ended the connection's last transaction.

@@ -1,9 +1,11 @@
-"""Runs plans in transactions on synchronous connections: retries, errors, the SQLite fast path.
+"""Runs plans in transactions on synchronous connections: retries, errors, the fast paths.
 
-Two runners share one contract (``run(plan)``, ``run_callable(fn)``, ``close()``):
+Three runners share one contract (``run(plan)``, ``run_callable(fn)``, ``close()``):
 
 * :class:`PooledRunner` is plain SQLAlchemy: ``engine.connect()`` and ``begin()`` per
-  transaction. Server databases use it for everything.
+  transaction. MariaDB/MySQL use it for everything, the others for ``run_callable``.
+* :class:`PostgresRunner` keeps psycopg connections in autocommit and sends each plan's
+  statements, compiled once, itself: a transition is one ``execute``, one round trip.
 * :class:`SqliteThreadRunner` keeps one DBAPI connection per thread, compiles each statement
   once and issues ``BEGIN IMMEDIATE`` / ``COMMIT`` itself. A one-statement transition then
   costs little more than the same statement sent through the ``sqlite3`` module (see
@@ -83,9 +85,10 @@ def refuse_second_statement(step: Step) -> None:
     raise RuntimeError(f"a single-statement plan sent a second statement: {step.statement}")
 
 
-def _only_one(
-    connection: Connection, execute: Callable[[Connection, Step], Outcome]
-) -> Callable[[Step], Outcome]:
+C = TypeVar("C")
+
+
+def _only_one(connection: C, execute: Callable[[C, Step], Outcome]) -> Callable[[Step], Outcome]:
     """``execute`` for a plan run in autocommit: runs its first step, refuses any other."""
     sent = False
 
@@ -598,7 +601,7 @@ class PostgresRunner(PooledRunner):
             try:
                 body = plan.start(self._caps)
                 if autocommit:
-                    result = drive(body, self._only_one(held))
+                    result = drive(body, _only_one(held, self._execute_step))
                 else:
                     held.cursor.execute(_PG_BEGIN)
                     result = drive(body, lambda step: self._execute_step(held, step))
@@ -613,18 +616,6 @@ class PostgresRunner(PooledRunner):
             return result
 
         return plan.finish(retrying(attempt, self._patience, self._where))
-
-    def _only_one(self, held: _PgConnection) -> Callable[[Step], Outcome]:
-        sent = False
-
-        def execute_one(step: Step) -> Outcome:
-            nonlocal sent
-            if sent:
-                refuse_second_statement(step)
-            sent = True
-            return self._execute_step(held, step)
-
-        return execute_one
 
     def close(self) -> None:
         with self._lock:
