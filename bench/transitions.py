@@ -20,13 +20,22 @@ that release to the last worker's answer):
 After every round the benchmark checks that each row was claimed exactly once (running, with
 attempt 1), then puts the rows back to pending for the next round. On SQLite a connection stays
 open on the file for the whole case (see ``_sqlite_database``).
+
+Wall-clock ratios on a shared machine are noisy, so the PostgreSQL cases also report the CPU
+each claim cost, which scheduling does not change much: the workers' own (client) and, when
+the server runs on this machine, that of the server processes serving them (read from
+``/proc``; they are found by the ``application_name`` each worker's connections carry). Both
+sides use psycopg's default ``prepare_threshold`` (5): from the sixth execution on a connection
+a statement is sent as a server-side prepared statement, planned once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import sqlite3
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -34,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 from hermes_state import SessionDB
 from hermes_state.engine import with_driver
@@ -77,6 +86,87 @@ class Order:
     limit: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What one worker's round cost: rows won, its CPU seconds, its server processes' CPU
+    seconds (None when they cannot be read: a server elsewhere, or SQLite)."""
+
+    won: int
+    client_s: float
+    server_s: float | None
+
+
+class Meter:
+    """The round's start barrier, and the CPU clocks read when it opens and when the worker
+    calls :meth:`stop` (before it closes its connections, so its server processes still
+    exist). The server processes are looked up before the barrier (the worker has opened its
+    connections by then), so the measured round only pays for reading ``/proc``. A worker that
+    never calls ``stop`` is stopped when it returns."""
+
+    def __init__(self, order: Order, barrier: Any) -> None:
+        self._order = order
+        self._barrier = barrier
+        self._pids: list[int] = []
+        self._started: tuple[float, float | None] | None = None
+        self.spent: tuple[float, float | None] | None = None
+
+    def wait(self, timeout: float) -> None:
+        self._pids = _server_pids(self._order)
+        self._barrier.wait(timeout)
+        self._started = (time.process_time(), _cpu_of(self._pids))
+
+    def stop(self) -> None:
+        if self.spent is not None or self._started is None:
+            return
+        client, server = time.process_time(), _cpu_of(self._pids)
+        began_client, began_server = self._started
+        used = None if server is None or began_server is None else server - began_server
+        self.spent = (client - began_client, used)
+
+
+def _application(order: Order) -> str:
+    return f"hs-bench-{os.getpid()}-{order.worker}"
+
+
+def _server_pids(order: Order) -> list[int]:
+    """The server processes serving this worker (PostgreSQL): by application name."""
+    if not order.url.startswith("postgresql"):
+        return []
+    import psycopg
+
+    from hermes_state.engine import resolve_url
+
+    with psycopg.connect(fixtures.pg_conninfo(resolve_url(order.url)), autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+            (_application(order),),
+        ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def _cpu_of(pids: list[int]) -> float | None:
+    """CPU seconds these processes used so far; None unless all run on this host. From
+    ``schedstat`` (nanoseconds) where the kernel has it, else ``stat`` (clock ticks)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as schedstat:
+                total += int(schedstat.read().split()[0]) / 1e9
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return total if pids else None
+
+
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+
+
 def run(quick: bool) -> list[Result]:
     rows = QUICK_ROWS if quick else ROWS
     rounds = QUICK_ROUNDS if quick else ROUNDS
@@ -112,6 +202,7 @@ def _case(url: URL, case: str, contenders: Sequence[str], rows: int, rounds: int
     context = multiprocessing.get_context("spawn")
     for processes in PROCESSES:
         samples: dict[str, Samples] = {name: [] for name in contenders}
+        cpu: dict[str, list[tuple[float, float | None]]] = {name: [] for name in contenders}
         with (
             context.Manager() as manager,
             ProcessPoolExecutor(processes, mp_context=context) as pool,
@@ -119,11 +210,12 @@ def _case(url: URL, case: str, contenders: Sequence[str], rows: int, rounds: int
             for round_index in range(rounds):
                 shift = round_index % len(contenders)
                 for name in [*contenders[shift:], *contenders[:shift]]:
-                    seconds = _round(url, pool, manager, name, ids, processes)
+                    seconds, client, server = _round(url, pool, manager, name, ids, processes)
                     samples[name].append(seconds / rows)
+                    cpu[name].append((client / rows, None if server is None else server / rows))
         label = f"{case}, {processes} process{'es' if processes > 1 else ''}"
         notes = {
-            name: f"{1 / min(values):,.0f} claims/s (best round)"
+            name: f"{1 / min(values):,.0f} claims/s (best round){_cpu_note(cpu[name])}"
             for name, values in samples.items()
         }
         limits = {name: bar for (bar_case, name), bar in _BARS.items() if bar_case == case}
@@ -139,10 +231,21 @@ def _case(url: URL, case: str, contenders: Sequence[str], rows: int, rounds: int
     return results
 
 
+def _cpu_note(rounds: list[tuple[float, float | None]]) -> str:
+    """The median round's CPU per claim: the workers', and their server processes'."""
+    client = statistics.median(value for value, _ in rounds)
+    note = f"; CPU/claim: client {client * 1e6:.0f} µs"
+    servers = [value for _, value in rounds if value is not None]
+    if len(servers) == len(rounds):
+        note += f", server {statistics.median(servers) * 1e6:.0f} µs"
+    return note
+
+
 def _round(
     url: URL, pool: ProcessPoolExecutor, manager: Any, name: str, ids: list[str], processes: int
-) -> float:
-    """One round of contender ``name``: rows pending, workers released together, checked."""
+) -> tuple[float, float, float | None]:
+    """One round of contender ``name``: rows pending, workers released together, checked.
+    Returns its time, and the CPU seconds its workers and their server processes spent."""
     _reset(url)
     plain = url.render_as_string(hide_password=False)
     start = manager.Barrier(processes + 1)
@@ -150,12 +253,15 @@ def _round(
     futures = [pool.submit(_work, order, start) for order in orders]
     start.wait(WAIT)
     began = time.perf_counter()
-    claimed = [future.result(timeout=WAIT) for future in futures]
+    spent = [future.result(timeout=WAIT) for future in futures]
     elapsed = time.perf_counter() - began
-    if sum(claimed) != len(ids):
-        raise BenchmarkError(f"{name}: claimed {sum(claimed)} of {len(ids)} rows")
+    claimed = sum(one.won for one in spent)
+    if claimed != len(ids):
+        raise BenchmarkError(f"{name}: claimed {claimed} of {len(ids)} rows")
     _check(url, len(ids), name)
-    return elapsed
+    servers = [one.server_s for one in spent]
+    server = None if None in servers else sum(s for s in servers if s is not None)
+    return elapsed, sum(one.client_s for one in spent), server
 
 
 def _order(name: str, url: str, worker: int, share: list[str]) -> Order:
@@ -242,8 +348,10 @@ def _check(url: URL, rows: int, name: str) -> None:
 # -- the workers (spawned processes) -----------------------------------------------------------
 
 
-def _work(order: Order, start: Any) -> int:
-    """Open connections, wait for the others, claim; returns how many rows this worker won."""
+def _work(order: Order, barrier: Any) -> Spent:
+    """Open connections, wait for the others, claim; returns how many rows this worker won
+    and the CPU it took."""
+    start = Meter(order, barrier)
     workers: dict[str, Callable[[Order, Any], int]] = {
         BARE_UPDATE: _bare_update,
         STORE_CLAIM: _store_claim,
@@ -251,7 +359,10 @@ def _work(order: Order, start: Any) -> int:
         BARE_NEXT_SQLITE: _bare_next_sqlite,
         "batch": _store_batch,
     }
-    return workers[order.kind](order, start)
+    won = workers[order.kind](order, start)
+    start.stop()
+    assert start.spent is not None
+    return Spent(won, *start.spent)
 
 
 _BARE_CLAIM_BY_ID: Final = (
@@ -273,7 +384,11 @@ def _psycopg(order: Order) -> Any:
 
     from hermes_state.engine import resolve_url
 
-    return psycopg.connect(fixtures.pg_conninfo(resolve_url(order.url)), autocommit=True)
+    return psycopg.connect(
+        fixtures.pg_conninfo(resolve_url(order.url)),
+        autocommit=True,
+        application_name=_application(order),
+    )
 
 
 def _params(order: Order, **extra: Any) -> dict[str, Any]:
@@ -288,6 +403,7 @@ def _bare_update(order: Order, start: Any) -> int:
         won = 0
         for session_id in order.ids:
             won += connection.execute(_BARE_CLAIM_BY_ID, _params(order, id=session_id)).rowcount
+        start.stop()
     return won
 
 
@@ -298,6 +414,7 @@ def _bare_next_pg(order: Order, start: Any) -> int:
         won = 0
         while connection.execute(_BARE_CLAIM_NEXT, _params(order)).fetchone() is not None:
             won += 1
+        start.stop()
     return won
 
 
@@ -339,14 +456,19 @@ def _bare_next_sqlite(order: Order, start: Any) -> int:
 
 
 def _store(order: Order) -> SessionDB:
-    return SessionDB(url=order.url, owner=f"w{order.worker}", lease_seconds=LEASE_SECONDS)
+    url = order.url
+    if url.startswith("postgresql"):
+        url = str(make_url(url).update_query_dict({"application_name": _application(order)}))
+    return SessionDB(url=url, owner=f"w{order.worker}", lease_seconds=LEASE_SECONDS)
 
 
 def _store_claim(order: Order, start: Any) -> int:
     with _store(order) as db:
         db.has_pending_handoffs()
         start.wait(WAIT)
-        return sum(db.claim_handoff(session_id) for session_id in order.ids)
+        won = sum(db.claim_handoff(session_id) for session_id in order.ids)
+        start.stop()
+        return won
 
 
 def _store_batch(order: Order, start: Any) -> int:
@@ -356,4 +478,5 @@ def _store_batch(order: Order, start: Any) -> int:
         won = 0
         while batch := db.claim_pending_handoffs(order.limit):
             won += len(batch)
+        start.stop()
         return won

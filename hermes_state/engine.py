@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,6 +36,7 @@ __all__ = [
     "make_engine",
     "read_only_file_uri",
     "resolve_url",
+    "server_closed",
     "with_driver",
 ]
 
@@ -260,13 +261,18 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True, read_only: bool 
             )
         event.listen(engine, "checkout", _refuse_connections_the_server_closed)
         return engine
+    # MariaDB/MySQL: no pre-ping either (the same checkout check), and no ROLLBACK sent on
+    # every return to the pool, where PyMySQL would send one even after a COMMIT.
     with _driver_installed(url):
-        return create_engine(
+        engine = create_engine(
             url,
-            pool_pre_ping=True,
             isolation_level="READ COMMITTED",
+            pool_reset_on_return=None,
             execution_options=_EXECUTION_OPTIONS,
         )
+    event.listen(engine, "checkout", _refuse_connections_the_server_closed)
+    _reset_only_what_is_open(engine)
+    return engine
 
 
 #: The extra that installs each server's drivers.
@@ -289,17 +295,70 @@ def _driver_installed(url: URL) -> Iterator[None]:
         ) from None
 
 
+def server_closed(dbapi_connection: Any) -> bool:
+    """Whether the server closed this idle psycopg or PyMySQL connection, found without a
+    round trip.
+
+    An idle connection gets no data from the server unless it is going away: a terminated
+    backend (``pg_terminate_backend``, ``KILL``), an idle timeout or a server shutting down
+    sends its last message and closes the socket. So a socket with input waiting (or already
+    closed) is a dead connection.
+    """
+    if _PYMYSQL_MODULE in type(dbapi_connection).__module__:
+        sock = getattr(dbapi_connection, "_sock", None)  # PyMySQL keeps no public handle
+        return sock is None or _has_input(sock.fileno())
+    return bool(dbapi_connection.closed) or _has_input(dbapi_connection.fileno())
+
+
+_PYMYSQL_MODULE: Final = "pymysql"
+#: PyMySQL's SERVER_STATUS_IN_TRANS: the server's last answer said a transaction is open.
+_MYSQL_IN_TRANSACTION: Final = 0x0001
+#: In a pooled connection's ``info``: SQLAlchemy ended the connection's last transaction.
+_TRANSACTION_ENDED: Final = "hermes_state_transaction_ended"
+
+
+def _reset_only_what_is_open(engine: Engine) -> None:
+    """On return to the pool, roll a MariaDB/MySQL connection back only when a transaction
+    may be open on it; PyMySQL's ``rollback()`` is always a round trip, even after a COMMIT.
+
+    A transaction SQLAlchemy committed or rolled back (its own events say so) is over, unless
+    the server still says one is open (a COMMIT that failed); anything else (raw DBAPI use,
+    statements after the end) is rolled back as the pool would. The server's status alone
+    would not do: it does not report a transaction that has only read, which still holds its
+    tables' metadata locks (a DROP or ALTER would wait for it).
+    """
+
+    def unknown(_dbapi: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        record.info[_TRANSACTION_ENDED] = False
+
+    def began(connection: Connection) -> None:
+        connection.connection.info[_TRANSACTION_ENDED] = False
+
+    def ended(connection: Connection) -> None:
+        connection.connection.info[_TRANSACTION_ENDED] = True
+
+    def reset(dbapi_connection: Any, record: ConnectionPoolEntry, state: PoolResetState) -> None:
+        if state.terminate_only or state.transaction_was_reset:
+            return
+        if not record.info.get(_TRANSACTION_ENDED) or (
+            dbapi_connection.server_status & _MYSQL_IN_TRANSACTION
+        ):
+            dbapi_connection.rollback()
+
+    event.listen(engine, "checkout", unknown)
+    event.listen(engine, "begin", began)
+    event.listen(engine, "commit", ended)
+    event.listen(engine, "rollback", ended)
+    event.listen(engine, "reset", reset)
+
+
 def _refuse_connections_the_server_closed(
     dbapi_connection: Any, _record: ConnectionPoolEntry, _proxy: Any
 ) -> None:
-    """Replace a pooled psycopg connection the server closed while it sat idle.
-
-    An idle connection gets no data from the server unless it is going away: a terminated
-    backend or a server shutting down sends its FATAL message and closes the socket. So a
-    socket with input waiting (or already closed) is a dead connection, found without a round
-    trip; raising DisconnectionError makes the pool discard it and check out another.
-    """
-    if dbapi_connection.closed or _has_input(dbapi_connection.fileno()):
+    """Replace a pooled connection the server closed while it sat idle (see
+    :func:`server_closed`): raising DisconnectionError makes the pool discard it and check out
+    another."""
+    if server_closed(dbapi_connection):
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 

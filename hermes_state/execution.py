@@ -1,9 +1,11 @@
-"""Runs plans in transactions on synchronous connections: retries, errors, the SQLite fast path.
+"""Runs plans in transactions on synchronous connections: retries, errors, the fast paths.
 
-Two runners share one contract (``run(plan)``, ``run_callable(fn)``, ``close()``):
+Three runners share one contract (``run(plan)``, ``run_callable(fn)``, ``close()``):
 
 * :class:`PooledRunner` is plain SQLAlchemy: ``engine.connect()`` and ``begin()`` per
-  transaction. Server databases use it for everything.
+  transaction. MariaDB/MySQL use it for everything, the others for ``run_callable``.
+* :class:`PostgresRunner` keeps psycopg connections in autocommit and sends each plan's
+  statements, compiled once, itself: a transition is one ``execute``, one round trip.
 * :class:`SqliteThreadRunner` keeps one DBAPI connection per thread, compiles each statement
   once and issues ``BEGIN IMMEDIATE`` / ``COMMIT`` itself. A one-statement transition then
   costs little more than the same statement sent through the ``sqlite3`` module (see
@@ -24,19 +26,21 @@ import time
 import weakref
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from sqlalchemy import Connection, CursorResult, Engine, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.types import NullType
 
-from .engine import BUSY_TIMEOUT_MS, READ_ONLY, Patience
+from .engine import BUSY_TIMEOUT_MS, READ_ONLY, Patience, server_closed
 from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated, with_code_of
 from .plans import Body, Outcome, Plan, Step
 from .statements import Capabilities
 
 __all__ = [
     "PooledRunner",
+    "PostgresRunner",
     "Runner",
     "SqliteThreadRunner",
     "WriteConnection",
@@ -82,9 +86,10 @@ def refuse_second_statement(step: Step) -> None:
     raise RuntimeError(f"a single-statement plan sent a second statement: {step.statement}")
 
 
-def _only_one(
-    connection: Connection, execute: Callable[[Connection, Step], Outcome]
-) -> Callable[[Step], Outcome]:
+C = TypeVar("C")
+
+
+def _only_one(connection: C, execute: Callable[[C, Step], Outcome]) -> Callable[[Step], Outcome]:
     """``execute`` for a plan run in autocommit: runs its first step, refuses any other."""
     sent = False
 
@@ -446,3 +451,249 @@ def _require_plain(compiled: SQLCompiler, dialect: Any) -> None:
     for column in getattr(compiled.statement, "exported_columns", ()):
         if column.type.result_processor(dialect, None) is not None:
             raise TypeError(f"column {column} needs result processing, not supported here")
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+#: What a plan of several statements runs in: the engine's isolation level, as SQLAlchemy's
+#: psycopg dialect would begin it.
+_PG_BEGIN: Final = "BEGIN ISOLATION LEVEL READ COMMITTED"
+#: The statement builders are cached, so their statements are few; this bounds the cache if a
+#: caller builds a statement per call.
+_MAX_COMPILED: Final = 500
+
+
+@dataclass(slots=True)
+class _NamedCompiled:
+    """A statement compiled once for a driver with named parameters (psycopg's
+    ``%(name)s``): its SQL and, per parameter, where the value comes from (see
+    :class:`_Compiled`). ``columns`` are the statement's result columns; ``names`` and
+    ``processors`` (SQLAlchemy's result processors, which depend on the type the server
+    sends) are learnt from the first result: the SQL is fixed, so they are too."""
+
+    sql: str
+    slots: tuple[tuple[str, str, object, Processor | None], ...]
+    columns: tuple[Any, ...]
+    names: list[str] | None = None
+    processors: list[Processor | None] | None = None
+
+    def parameters(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        values = {}
+        for name, key, constant, processor in self.slots:
+            value = params[key] if constant is _CALLER or key in params else constant
+            values[name] = value if processor is None or value is None else processor(value)
+        return values
+
+
+class _PgConnection:
+    """A psycopg connection the runner keeps checked out of the engine's pool, in autocommit."""
+
+    __slots__ = ("cursor", "dbapi", "pooled")
+
+    def __init__(self, engine: Engine) -> None:
+        self.pooled = engine.raw_connection()
+        dbapi: Any = self.pooled.driver_connection
+        self.dbapi = dbapi
+        try:
+            dbapi.autocommit = True
+            self.cursor: Any = dbapi.cursor()
+        except BaseException:
+            self.pooled.invalidate()
+            raise
+
+    def usable(self) -> bool:
+        """Still good to send on after a failure: open, and not inside a transaction."""
+        from psycopg.pq import TransactionStatus
+
+        dbapi = self.dbapi
+        if dbapi.closed or dbapi.broken:
+            return False
+        status = dbapi.info.transaction_status
+        if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            try:
+                dbapi.rollback()
+            except Exception:
+                return False
+            status = dbapi.info.transaction_status
+        return bool(status == TransactionStatus.IDLE)
+
+    def give_back(self) -> None:
+        """Return it to the engine's pool as the pool lent it (not in autocommit)."""
+        try:
+            self.dbapi.autocommit = False
+        except Exception:
+            self.discard()
+            return
+        with contextlib.suppress(Exception):
+            self.pooled.close()
+
+    def discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self.pooled.invalidate()
+
+
+class PostgresRunner(PooledRunner):
+    """PostgreSQL: psycopg connections kept in autocommit, statements compiled once.
+
+    A one-statement plan (every transition) is sent as it is: one round trip, no BEGIN and
+    no COMMIT, on a connection taken from the runner's own free list (no pool checkout, no
+    isolation-level switch, no reset), its parameters converted by SQLAlchemy's bind
+    processors and its rows built straight from the cursor. A plan of several statements runs
+    between ``BEGIN`` and ``COMMIT`` on the same kind of connection. ``_execute_write`` stays
+    on SQLAlchemy's connections. Result values go through SQLAlchemy's result processors where
+    a type has one. Statements that would need per-call rendering (expanding IN lists) are
+    refused with TypeError (the plans use none on PostgreSQL; the test suite runs every plan
+    here).
+
+    Connections come from the engine's pool, so its limits hold; at most the pool's size stay
+    idle here, and an idle one the server closed is replaced without a round trip (the same
+    check as the pool's checkout). A forked child forgets its parent's connections.
+    """
+
+    def __init__(self, engine: Engine, patience: Patience, where: str) -> None:
+        super().__init__(engine, patience, where)
+        self._dialect = engine.dialect
+        self._compiled: dict[Executable, _NamedCompiled] = {}
+        self._idle: list[_PgConnection] = []
+        size = getattr(engine.pool, "size", None)
+        self._keep = size() if callable(size) else 5
+        self._lock = threading.Lock()
+        self._closed = False
+        forget = weakref.WeakMethod(self._forget_connections_after_fork)
+
+        def after_fork_in_child() -> None:
+            method = forget()
+            if method is not None:
+                method()
+
+        os.register_at_fork(after_in_child=after_fork_in_child)
+
+    def _forget_connections_after_fork(self) -> None:
+        # A child must not talk on its parent's sockets; psycopg does not close a connection
+        # garbage-collected in another process than the one that opened it.
+        self._idle = []
+        self._lock = threading.Lock()
+        self._engine.dispose(close=False)
+
+    def _checkout(self) -> _PgConnection:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise DatabaseError(f"the store for {self._where} is closed")
+                held = self._idle.pop() if self._idle else None
+            if held is None:
+                return _PgConnection(self._engine)
+            if not server_closed(held.dbapi):
+                return held
+            held.discard()
+
+    def _checkin(self, held: _PgConnection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self._keep:
+                self._idle.append(held)
+                return
+            closed = self._closed
+        if closed:
+            held.discard()
+        else:
+            held.give_back()
+
+    def _compile(self, statement: Executable) -> _NamedCompiled:
+        try:
+            return self._compiled[statement]
+        except KeyError:
+            pass
+        assert isinstance(statement, ClauseElement)
+        dialect = self._dialect
+        compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
+        if compiled.literal_execute_params or compiled.post_compile_params:
+            raise TypeError(
+                f"statement needs per-call rendering, not supported here: {compiled.string}"
+            )
+        slots = []
+        for bind, name in compiled.bind_names.items():
+            if bind.callable is not None:
+                raise TypeError(f"parameter {bind.key!r} takes a callable, not supported here")
+            constant = _CALLER if bind.required else bind.value
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            out = compiled.escaped_bind_names.get(name, name)
+            slots.append((out, bind.key, constant, processor))
+        columns = tuple(getattr(compiled.statement, "exported_columns", ()))
+        fast = _NamedCompiled(compiled.string, tuple(slots), columns)
+        if len(self._compiled) >= _MAX_COMPILED:  # statements built per call: do not grow
+            self._compiled.clear()
+        self._compiled[statement] = fast
+        return fast
+
+    def _learn_result(self, compiled: _NamedCompiled, description: Any) -> None:
+        """The result's names, and the result processors SQLAlchemy would apply to them."""
+        dialect = self._dialect
+        names = [column.name for column in description]
+        if len(compiled.columns) == len(names):
+            processors = [
+                column.type.dialect_impl(dialect).result_processor(dialect, sent.type_code)
+                for column, sent in zip(compiled.columns, description, strict=True)
+            ]
+        elif all(isinstance(column.type, NullType) for column in compiled.columns):
+            processors = [None] * len(names)  # ``*``: untyped, delivered as the driver reads it
+        else:
+            raise TypeError(f"cannot match the result columns of {compiled.sql!r} to its types")
+        compiled.processors = processors if any(processors) else None
+        compiled.names = names
+
+    def _execute_step(self, held: _PgConnection, step: Step) -> Outcome:
+        compiled = self._compile(step.statement)
+        cursor = held.cursor
+        cursor.execute(compiled.sql, compiled.parameters(step.params))
+        rowcount = cursor.rowcount
+        if cursor.pgresult is None or not cursor.pgresult.nfields:
+            return Outcome(rowcount=rowcount, rows=[])
+        if compiled.names is None:
+            self._learn_result(compiled, cursor.description)
+        names = compiled.names
+        assert names is not None
+        processors = compiled.processors
+        if processors is None:
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        else:
+            rows = [
+                {
+                    name: value if processor is None or value is None else processor(value)
+                    for name, processor, value in zip(names, processors, row, strict=True)
+                }
+                for row in cursor.fetchall()
+            ]
+        return Outcome(rowcount=rowcount, rows=rows)
+
+    def run(self, plan: Plan[T]) -> T:
+        autocommit = plan.single_statement and self._caps.single_statement
+
+        def attempt() -> Any:
+            held = self._checkout()
+            try:
+                body = plan.start(self._caps)
+                if autocommit:
+                    result = drive(body, _only_one(held, self._execute_step))
+                else:
+                    held.cursor.execute(_PG_BEGIN)
+                    result = drive(body, lambda step: self._execute_step(held, step))
+                    held.cursor.execute("COMMIT")
+            except BaseException:
+                if held.usable():
+                    self._checkin(held)
+                else:
+                    held.discard()
+                raise
+            self._checkin(held)
+            return result
+
+        return plan.finish(retrying(attempt, self._patience.delays, self._where))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for held in idle:
+            held.discard()
+        super().close()

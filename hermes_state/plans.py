@@ -345,6 +345,9 @@ def _move(
             f"rows changed during a handoff transition (selected {expected}, recorded "
             f"{recorded.rowcount}, updated {applied.rowcount}); running it again"
         )
+    if recorded.rows and not applied.rows:
+        # The move returns nothing here (no UPDATE ... RETURNING); its audit rows say the same.
+        return Outcome(rowcount=applied.rowcount, rows=recorded.rows)
     return applied
 
 
@@ -368,10 +371,12 @@ def _claimed(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
 def _claim(caps: Capabilities, params: Mapping[str, Any]) -> Body[int | None]:
     """The attempt number claimed, or None when another claimer won."""
     returning = caps.update_returning
-    applied = yield from _move(caps, statements.claim_handoff(returning), params)
+    audit_returning = not returning and caps.insert_returning
+    transition = statements.claim_handoff(returning, audit_returning)
+    applied = yield from _move(caps, transition, params)
     if applied is None:
         return None
-    if returning or caps.single_statement:
+    if returning or audit_returning or caps.single_statement:
         return int(applied.rows[0]["handoff_attempt"])
     claimed = yield Step(statements.claimed_attempt(), {"session_id": params["session_id"]})
     return int(claimed.rows[0]["handoff_attempt"])

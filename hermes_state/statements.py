@@ -29,8 +29,10 @@ from sqlalchemy import (
     Text,
     Update,
     and_,
+    any_,
     bindparam,
     case,
+    cast,
     exists,
     func,
     literal,
@@ -480,11 +482,13 @@ def _claimed_values() -> dict[str, Any]:
 
 
 @functools.cache
-def claim_handoff(returning: bool) -> Transition:
+def claim_handoff(returning: bool, audit_returning: bool = False) -> Transition:
     """pending -> running: a compare-and-swap, so exactly one concurrent claimer wins.
 
     Stamps the claimer's ``:owner`` and ``:lease_expires_at`` (both may be NULL) and counts the
-    attempt, returned by ``apply`` where the dialect can (else read with :func:`claimed_attempt`).
+    attempt, returned by ``apply`` where the dialect can (``returning``), else by ``record``
+    where its INSERT can return rows (``audit_returning``, MariaDB: the event records the
+    attempt the move makes, on the row it locked), else read with :func:`claimed_attempt`.
     A row another transaction has locked is skipped (``SKIP LOCKED`` on servers): its claimer
     loses at once instead of queueing behind the winner, which is what lets several gateways
     claim in parallel.
@@ -496,11 +500,13 @@ def claim_handoff(returning: bool) -> Transition:
         attempt=_c.handoff_attempt + 1,
         skip_locked=True,
     )
-    if not returning:
-        return transition
-    return Transition(
-        transition.record, transition.apply.returning(_c.handoff_attempt), transition.single
-    )
+    if returning:
+        apply = transition.apply.returning(_c.handoff_attempt)
+        return Transition(transition.record, apply, transition.single)
+    if audit_returning:
+        record = transition.record.returning(handoff_events.c.attempt.label("handoff_attempt"))
+        return Transition(record, transition.apply, transition.single)
+    return transition
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,9 +558,13 @@ def claim_pending_statement(by_platform: bool) -> Select[Any]:
     concurrent claimers take disjoint rows instead of waiting), moves them, records their
     events, and returns the rows as claimed."""
     picked = _oldest_pending(by_platform).with_for_update(skip_locked=True).cte("picked")
+    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds this
+
+    # The ids as one array, so the rows are fetched by key (a join may scan the table).
+    chosen = cast(select(func.array_agg(picked.c.id)).scalar_subquery(), ARRAY(String()))
     moved = (
         sessions.update()
-        .where(_c.id == picked.c.id)
+        .where(_c.id == any_(chosen))
         .values(**_claimed_values())
         .returning(*sessions.c)
         .cte("moved")
@@ -758,11 +768,15 @@ def renew_leases_json() -> Update:
 
 @functools.cache
 def renew_leases() -> Select[tuple[str]]:
-    """PostgreSQL: extend in one statement the leases of the ``:ids`` this owner still holds,
-    locking them in id order (as a reclaim does); returns the ids renewed."""
+    """PostgreSQL: extend in one statement the leases of the ``:ids`` (an array, so the
+    statement's text is the same for any number of ids) this owner still holds, locking them in
+    id order (as a reclaim does); returns the ids renewed."""
+    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds this
+
+    ids = any_(bindparam("ids", type_=ARRAY(String())))
     locked = (
         select(_c.id)
-        .where(_c.id.in_(bindparam("ids", expanding=True)), _running_under(Fence.OWNER))
+        .where(_c.id == ids, _running_under(Fence.OWNER))
         .order_by(_c.id)
         .with_for_update()
         .cte("locked")

@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL
 from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import InvalidInputError, ReadOnlyDatabaseError, missing_database
-from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
+from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
 from .plans import Ownership, Plan, PlanBook, Row, lease_patience
 from .schema import ensure_current
 from .statements import ReclaimScope
@@ -129,7 +129,11 @@ class SessionDB(StoreSettings):
         except BaseException:
             engine.dispose()
             raise
-        runner_type = SqliteThreadRunner if embedded else PooledRunner
+        runner_type: type[PooledRunner] = PooledRunner
+        if embedded:
+            runner_type = SqliteThreadRunner
+        elif self.url.get_backend_name() == "postgresql":
+            runner_type = PostgresRunner
         self._runner: Runner = runner_type(engine, self._patience, self.where)
 
     def __enter__(self) -> SessionDB:

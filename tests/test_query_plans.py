@@ -29,6 +29,7 @@ from hermes_state.engine import make_engine, resolve_url
 from hermes_state.models import HandoffState
 from tests.conftest import throwaway_database
 from tests.legacy import build_legacy_db
+from tests.wire import driver_wire
 
 PENDING_INDEX = "idx_sessions_handoff_pending"
 RUNNING_INDEX = "ix_sessions_handoff_running"
@@ -449,25 +450,12 @@ def test_postgresql_builders_use_the_partial_index(
     assert "Seq Scan on sessions" not in plan, plan
 
 
-@contextlib.contextmanager
-def server_wire() -> Iterator[list[tuple[str, Any]]]:
-    """Every (SQL, parameters) any engine sends through SQLAlchemy while active."""
-    sent: list[tuple[str, Any]] = []
-
-    def before(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_rest: Any) -> None:
-        sent.append((statement, parameters))
-
-    event.listen(Engine, "before_cursor_execute", before)
-    try:
-        yield sent
-    finally:
-        event.remove(Engine, "before_cursor_execute", before)
-
-
 def record(url: URL, run: Callable[[SessionDB], object]) -> list[tuple[str, Any]]:
-    with SessionDB(url=url) as db, server_wire() as sent:
+    """The (SQL, parameters) about sessions that ``run`` makes the store send, as the driver
+    sees them (PostgreSQL's runner does not go through SQLAlchemy's cursor events)."""
+    with SessionDB(url=url) as db, driver_wire() as wire:
         run(db)
-    return [(sql, params) for sql, params in sent if touches_sessions(sql)]
+    return [(sent.sql, sent.params) for sent in wire.statements if touches_sessions(sent.sql)]
 
 
 def test_postgresql_store_polling_results(pg_many: URL) -> None:

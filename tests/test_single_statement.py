@@ -1,15 +1,15 @@
 """PostgreSQL: one round trip per transition, in autocommit, with the same semantics.
 
-Each store operation sends exactly one statement and no BEGIN/COMMIT (seen through the
-engine's own events), its audit rows are written by that statement, a lost race writes
-nothing, and a request wakes LISTENing watchers from inside the statement. A plan that would
-send a second statement in autocommit is refused loudly, not run half outside a transaction.
+Each store operation sends exactly one statement and no BEGIN/COMMIT (seen at the driver:
+one statement in autocommit, one round trip in libpq's trace), its audit rows are written by
+that statement, a lost race writes nothing, and a request wakes LISTENing watchers from inside
+the statement. A plan that would send a second statement in autocommit is refused loudly, not
+run half outside a transaction.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -24,6 +24,7 @@ from hermes_state.plans import Plan, Step
 from hermes_state.statements import HANDOFF_CHANNEL
 from tests.conftest import empty_tables
 from tests.stores import make_pending, put
+from tests.wire import driver_wire
 
 OWNER = "gw-1"
 
@@ -39,26 +40,13 @@ Sent = list[tuple[str, bool]]
 
 
 def recorder(sent: Sent) -> Callable[..., None]:
-    """A ``before_cursor_execute`` hook noting each statement and whether the driver connection
-    is in autocommit (psycopg then sends no BEGIN and no COMMIT: one round trip)."""
+    """A ``before_cursor_execute`` hook (for the native async store, on SQLAlchemy's
+    connections) noting each statement and whether the driver connection is in autocommit."""
 
     def statement(conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
         sent.append((sql, bool(conn.connection.dbapi_connection.autocommit)))
 
     return statement
-
-
-@contextlib.contextmanager
-def wire(db: SessionDB) -> Iterator[Sent]:
-    """What the store's engine sends while active."""
-    engine = db._runner._engine  # type: ignore[attr-defined]
-    sent: Sent = []
-    hook = recorder(sent)
-    event.listen(engine, "before_cursor_execute", hook)
-    try:
-        yield sent
-    finally:
-        event.remove(engine, "before_cursor_execute", hook)
 
 
 def events(db: SessionDB) -> int:
@@ -101,10 +89,12 @@ def test_every_operation_is_one_statement_without_a_transaction(
         put(db, "failed", "failed")
         put(db, "running", "running")
         make_pending(db, "pending")
-        with wire(db) as sent:
+        with driver_wire() as wire:
             operation(db)
-    assert len(sent) == 1, sent
-    assert sent[0][1], f"not in autocommit: {sent}"
+    assert len(wire.statements) == 1, wire.sql()
+    assert wire.statements[0].autocommit, f"not in autocommit: {wire.statements}"
+    # No BEGIN, COMMIT, ping or reset either: the server answered exactly once.
+    assert wire.round_trips == {"postgresql": 1}, wire.round_trips
 
 
 def test_the_statement_records_its_event_and_a_lost_race_records_none(pg_url: URL) -> None:
