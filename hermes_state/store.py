@@ -17,7 +17,7 @@ from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import DatabaseUnavailableError, InvalidInputError, ReadOnlyDatabaseError
 from .execution import PooledRunner, Runner, SqliteThreadRunner, WriteConnection
-from .plans import Ownership, Plan, PlanBook, Row, lease_patience
+from .plans import ClaimBatch, Ownership, Plan, PlanBook, Row, lease_patience
 from .schema import ensure_current
 from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
@@ -221,6 +221,24 @@ class SessionDB(StoreSettings):
         claimed (running, owner, lease, attempt). Concurrent callers get disjoint rows."""
         return self._run(self._plans.claim_pending_handoffs(limit, platform))
 
+    def claim_handoffs(
+        self,
+        session_ids: Iterable[str],
+        *,
+        turn_holders: Mapping[str, str] | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim those of ``session_ids`` that are still pending, in one statement where the
+        backend allows (one transaction elsewhere); rows another claimer holds are left to it.
+
+        With ``turn_holders`` (``{session id: holder}``, one for every id) a row is claimed
+        only together with its conversation's turn lease, taken for that holder for
+        ``turn_seconds`` as :meth:`try_acquire_session_turn_lease` takes it; of several rows of
+        one conversation only the oldest is tried, and a row whose turn is held elsewhere stays
+        pending. Returns the rows claimed, as claimed, and the ids left for their turn.
+        """
+        return self._run(self._plans.claim_handoffs(session_ids, turn_holders, turn_seconds))
+
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed, clearing the error. With an owner, only this store's claim."""
         return self._run(self._plans.complete_handoff(session_id))
@@ -245,6 +263,18 @@ class SessionDB(StoreSettings):
         ``str(error)[:500]`` and each row fenced like :meth:`fail_handoff`. Returns
         ``{id: failed}``."""
         return self._run(self._plans.fail_handoffs(errors))
+
+    def finish_handoffs(
+        self,
+        outcomes: Mapping[str, object],
+        *,
+        release_turns: Mapping[str, str] | None = None,
+    ) -> dict[str, bool]:
+        """Finish many running rows at once: ``{id: None}`` completes a row, ``{id: error}``
+        fails it with ``str(error)[:500]``, each fenced like :meth:`complete_handoff`; in the
+        same transaction (one statement on PostgreSQL) give up the turn leases
+        ``release_turns`` names (``{session id: holder}``). Returns ``{id: finished}``."""
+        return self._run(self._plans.finish_handoffs(outcomes, release_turns))
 
     def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         """Extend the leases this owner still holds; returns the ids renewed."""
@@ -309,6 +339,17 @@ class SessionDB(StoreSettings):
         """Give up ``holder``'s lease; a release by anyone else changes nothing."""
         self._run(self._plans.release_session_turn_lease(session_id, holder))
 
+    def refresh_session_turn_leases(
+        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
+    ) -> list[str]:
+        """Extend, in one call, the leases the holders of ``{session id: holder}`` still hold
+        to ``ttl_seconds`` from now; returns the sessions whose lease was kept."""
+        return self._run(self._plans.refresh_session_turn_leases(turn_holders, ttl_seconds))
+
+    def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
+        """Give up, in one call, the leases the holders of ``{session id: holder}`` hold."""
+        self._run(self._plans.release_session_turn_leases(turn_holders))
+
     # -- the audit trail -----------------------------------------------------------------------
 
     def handoff_history(self, session_id: str) -> list[Row]:
@@ -336,6 +377,11 @@ class SessionDB(StoreSettings):
         """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first;
         ``after`` a session id: the page that follows it; ``search``: ids containing it."""
         return self._run(self._plans.list_handoffs(state, limit, after, search))
+
+    def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
+        """:meth:`get_messages` of many sessions in one statement (one read transaction on
+        SQLite): ``{id: transcript}`` for every id given."""
+        return self._run(self._plans.get_transcripts(session_ids))
 
     def get_session(self, session_id: str) -> Row | None:
         """The session's whole row (every column), or None for an unknown id."""
