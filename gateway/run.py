@@ -41,7 +41,7 @@ from sqlalchemy.engine import URL
 from hermes_state import AsyncSessionDB, SessionDB, notify
 from hermes_state.engine import hermes_home
 from hermes_state.errors import HermesStateError, SideTaskFailed
-from hermes_state.plans import STRANDED_ERROR
+from hermes_state.plans import MAX_BATCH, STRANDED_ERROR
 
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -288,6 +288,15 @@ async def _nap(seconds: float) -> None:
         timer.cancel()
 
 
+def _discarded(what: str, session_id: str) -> None:
+    logger.warning(
+        "the %s of %s was discarded: its claim was reclaimed meanwhile "
+        "(lease expired or gateway presumed dead)",
+        what,
+        session_id,
+    )
+
+
 async def _record_outcome(write: Awaitable[Any], session_id: str, what: str) -> bool:
     """Await the store's complete/fail; a fenced store answers False when the claim was lost."""
     try:
@@ -298,14 +307,20 @@ async def _record_outcome(write: Awaitable[Any], session_id: str, what: str) -> 
         )
         return False
     if recorded is False:
-        logger.warning(
-            "the %s of %s was discarded: its claim was reclaimed meanwhile "
-            "(lease expired or gateway presumed dead)",
-            what,
-            session_id,
-        )
+        _discarded(what, session_id)
         return False
     return True
+
+
+def _reported(session_id: str, error: str | None, recorded: bool | None) -> str:
+    """Say how a batched delivery ended, once its flush returned (the flush logged the
+    completions it committed, one line for all); its metrics label."""
+    if recorded is None:
+        return "discarded"  # not recorded: the flusher said why
+    if recorded is False:
+        _discarded("completion" if error is None else "failure", session_id)
+        return "discarded"
+    return "completed" if error is None else "failed"
 
 
 @dataclass
@@ -333,6 +348,126 @@ class _Claimed:
     home: Path | None
     reservation: Any = None
     turn: bool = False
+
+
+def _offers_batches(db: Any) -> bool:
+    """Whether a store claims and finishes many rows per call (every store of this package);
+    the watcher falls back to one row per call for stores without (duck-typed stand-ins)."""
+    return (
+        getattr(db, "claim_handoffs", None) is not None
+        and getattr(db, "finish_handoffs", None) is not None
+    )
+
+
+@dataclass
+class _Finish:
+    """A delivery's outcome waiting for the flush that records it (``error`` None: it
+    completed), or (``release_only``) a cancelled delivery's turn lease to give back."""
+
+    db: Any
+    claimed: _Claimed
+    error: str | None
+    release_only: bool
+    recorded: asyncio.Future[bool | None]
+
+
+class _Flusher:
+    """Records the outcomes of deliveries that ended close together in one store call.
+
+    A group commit: an outcome handed in while no flush runs is flushed at the next turn of the
+    event loop; those handed in while one runs go together in the next flush, started as soon
+    as that one returns. One ``finish_handoffs`` per store per flush completes and fails the
+    rows and gives up their turn leases. Each outcome's future resolves once its flush
+    committed: True recorded, False discarded (the claim was lost), None not recorded (the
+    store failed; the row stays running until reclaimed). ``close`` flushes what is queued.
+    """
+
+    def __init__(self, watch: HandoffWatch) -> None:
+        self.watch = watch
+        self.queue: list[_Finish] = []
+        self.ready = asyncio.Event()
+        self.closing = False
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.task = loop.create_task(self._run(), name="hermes-watcher:flush")
+
+    def submit(self, db: Any, claimed: _Claimed, error: str | None) -> asyncio.Future[bool | None]:
+        recorded: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self.queue.append(_Finish(db, claimed, error, False, recorded))
+        self.ready.set()
+        return recorded
+
+    def give_back(self, db: Any, claimed: _Claimed) -> None:
+        """Release a cancelled delivery's turn lease with the next flush (its row stays
+        running, for the next start's reclaim)."""
+        if claimed.turn:
+            recorded: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+            self.queue.append(_Finish(db, claimed, None, True, recorded))
+            self.ready.set()
+
+    async def close(self) -> None:
+        """Flush everything queued, then stop."""
+        self.closing = True
+        self.ready.set()
+        if self.task is not None:
+            await self.task
+        await self._flush()  # what a flusher that never started (or crashed) left
+
+    async def _run(self) -> None:
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            await self._flush()
+            if self.closing and not self.queue:
+                return
+
+    async def _flush(self) -> None:
+        while self.queue:
+            batch, self.queue = self.queue, []
+            groups: dict[int, list[_Finish]] = {}
+            for finish in batch:
+                groups.setdefault(id(finish.db), []).append(finish)
+            for group in groups.values():
+                await self._flush_group(group)
+
+    async def _flush_group(self, group: list[_Finish]) -> None:
+        now: list[_Finish] = []
+        named: set[str] = set()
+        for finish in group:
+            session_id = finish.claimed.key[1]
+            if session_id in named:  # the same session twice: the second waits its turn
+                self.queue.append(finish)
+            else:
+                named.add(session_id)
+                now.append(finish)
+        outcomes = {f.claimed.key[1]: f.error for f in now if not f.release_only}
+        releases = {
+            f.claimed.key[1]: _holder_for(self.watch.holder, f.claimed.key[1])
+            for f in now
+            if f.claimed.turn
+        }
+        done: dict[str, bool] | None = None
+        try:
+            done = await now[0].db.finish_handoffs(outcomes, release_turns=releases or None)
+        except Exception:
+            logger.exception(
+                "could not record the outcome of %s; they stay running until reclaimed "
+                "(and their turn leases expire by themselves)",
+                ", ".join(sorted(outcomes)) or "no delivery",
+            )
+        else:
+            completed = [sid for sid, error in outcomes.items() if error is None and done.get(sid)]
+            if completed:
+                logger.info("completed %d handoff(s): %s", len(completed), ", ".join(completed))
+        finally:
+            for finish in now:
+                finish.claimed.turn = False
+                self.watch.turns.pop(finish.claimed.key, None)
+                if not finish.recorded.done():
+                    session_id = finish.claimed.key[1]
+                    finish.recorded.set_result(None if done is None else done.get(session_id))
 
 
 class HandoffWatch:
@@ -369,6 +504,7 @@ class HandoffWatch:
         self.holder = _turn_holder(getattr(runner, "_session_db", None))
         self.in_flight: dict[Key, asyncio.Task[None]] = {}
         self.turns: dict[Key, _Turn] = {}
+        self.flusher = _Flusher(self)
         self.scopes: list[Scope] = []
         self.states: dict[str | None, _ScopeState] = {}
         self.side_tasks: dict[str, asyncio.Task[None]] = {}
@@ -394,6 +530,7 @@ class HandoffWatch:
                 self.reclaimed = True
                 await self._reclaim_stranded()
             self._start_side_tasks()
+            self.flusher.start()
             try:
                 while self.runner._running and self.failure is None:
                     await self._tick_all()
@@ -530,6 +667,8 @@ class HandoffWatch:
         state.listed = len(rows)
         limit = self.limit
         backlog = limit is not None and len(rows) >= limit  # the listing may have been cut short
+        if _offers_batches(db):
+            return await self._claim_listed(db, rows, profile_name, home, backlog)
         raced = False
         for row in rows:
             key: Key = (profile_name, row["id"])
@@ -552,6 +691,172 @@ class HandoffWatch:
         if raced and backlog and limit is not None and len(self.in_flight) < limit:
             self._wake()  # lost races on a cut-short listing: list again now, not next interval
         return backlog
+
+    async def _claim_listed(
+        self, db: Any, rows: list[Row], profile_name: str | None, home: Path | None, backlog: bool
+    ) -> bool:
+        """The batch path: the rows this tick may take, claimed with their turn leases in one
+        store call, then dispatched; True when rows may be left waiting."""
+        limit = self.limit
+        candidates: list[Row] = []
+        for row in rows:
+            if (profile_name, row["id"]) in self.in_flight:
+                backlog = True  # pending again while its last delivery is finishing
+                continue
+            if limit is not None and len(self.in_flight) + len(candidates) >= limit:
+                backlog = True
+                break
+            if self._turn_in_progress(row["id"]):
+                backlog = True
+                continue
+            candidates.append(row)
+        raced = False
+        for start in range(0, len(candidates), MAX_BATCH):
+            held, lost = await self._claim_batch(
+                db, candidates[start : start + MAX_BATCH], profile_name, home
+            )
+            backlog = backlog or held  # a conversation's turn is taken: a later tick tries again
+            raced = raced or lost  # another gateway (or a waiter's fail) got there first
+        if raced and backlog and (limit is None or len(self.in_flight) < limit):
+            self._wake()  # lost races on a cut-short listing: list again now
+        return backlog
+
+    async def _claim_batch(
+        self, db: Any, rows: list[Row], profile_name: str | None, home: Path | None
+    ) -> tuple[bool, bool]:
+        """Reserve the sources, claim the rows with their turn leases in one call, dispatch
+        what was claimed. Says whether rows were left for their turn, and whether another
+        claimer took some. A row not claimed gets its reservation back (no turn lease was
+        taken for it)."""
+        pending = {row["id"]: _Claimed((profile_name, row["id"]), home) for row in rows}
+        reserve = getattr(self.runner, "_reserve_handoff_source", None)
+        holders = None
+        if getattr(db, "try_acquire_session_turn_lease", None) is not None:
+            holders = {session_id: _holder_for(self.holder, session_id) for session_id in pending}
+        try:
+            if reserve is not None:
+                for session_id, claimed in pending.items():
+                    claimed.reservation = await _maybe_await(reserve(session_id))
+            if holders is None:
+                batch = await db.claim_handoffs(list(pending))
+            else:
+                batch = await db.claim_handoffs(
+                    list(pending), turn_holders=holders, turn_seconds=TURN_LEASE_SECONDS
+                )
+        except BaseException:
+            for claimed in pending.values():
+                await self._give_back(db, claimed)
+            raise
+        won = [row for row in batch.rows if row["id"] in pending]
+        taken = {row["id"] for row in won}
+        for session_id, claimed in pending.items():
+            if session_id not in taken:
+                await self._give_back(db, claimed)
+        held = set(batch.turn_held) & pending.keys()
+        raced = len(pending) - len(won) - len(held) > 0
+        if not won:
+            return bool(held), raced
+        scope = profile_name or "root"
+        logger.info(
+            "claimed %d handoff(s) in %s: %s",
+            len(won),
+            scope,
+            ", ".join(f"{row['id']} ({row.get('handoff_platform')})" for row in won),
+        )
+        for row in won:
+            claimed = pending[row["id"]]
+            if holders is not None:
+                claimed.turn = True
+                self.turns[claimed.key] = _Turn(home, row["id"])
+            if self.metrics is not None:
+                self.metrics.claimed(row)
+        try:
+            documents = await self._documents(db, won) if self.wants_document else won
+        except Exception as exc:
+            logger.exception("could not read the transcripts of %s; failing them", sorted(taken))
+            error = f"the gateway could not start the delivery: {exc}"
+            for row in won:
+                claimed = pending[row["id"]]
+                self._track(claimed, self._fail_undelivered(db, claimed, error))
+            return bool(held), raced
+        for document in documents:
+            self._start(db, document, pending[document["id"]])
+        return bool(held), raced
+
+    async def _documents(self, db: Any, rows: list[Row]) -> list[dict[str, Any]]:
+        """The rows as claimed, each with its transcript: one read for all when the store can."""
+        many = getattr(db, "get_transcripts", None)
+        if many is None:
+            return [await self._document(db, row) for row in rows]
+        transcripts = await many([row["id"] for row in rows])
+        return [{**row, "messages": list(transcripts.get(row["id"], []))} for row in rows]
+
+    def _start(self, db: Any, document: dict[str, Any], claimed: _Claimed) -> None:
+        """Start one batched delivery as its own task. One that cannot start is failed, by a
+        task that holds its slot until the failure is recorded."""
+        delivery = self._deliver_batched(db, document, claimed)
+        try:
+            task = asyncio.ensure_future(delivery)
+        except Exception as exc:
+            delivery.close()
+            logger.exception("could not start the delivery of %s; failing it", claimed.key[1])
+            error = f"the gateway could not start the delivery: {exc}"
+            self._track(claimed, self._fail_undelivered(db, claimed, error))
+            return
+        self.in_flight[claimed.key] = task
+        task.add_done_callback(functools.partial(self._forget, claimed.key))
+
+    def _track(self, claimed: _Claimed, failing: Coroutine[Any, Any, None]) -> None:
+        """Hold a claimed row's slot while its failure is recorded, as a delivery would."""
+        task = asyncio.get_running_loop().create_task(failing)
+        self.in_flight[claimed.key] = task
+        task.add_done_callback(functools.partial(self._forget, claimed.key))
+
+    async def _fail_undelivered(self, db: Any, claimed: _Claimed, error: str) -> None:
+        """Fail a claimed row whose delivery never started, through the flusher."""
+        try:
+            recorded = await asyncio.shield(self.flusher.submit(db, claimed, error))
+            if recorded is False:
+                _discarded("failure", claimed.key[1])
+        finally:
+            await self._give_back(db, claimed)
+
+    async def _deliver_batched(self, db: Any, row: Row, claimed: _Claimed) -> None:
+        """One batched delivery: run the handler, hand its outcome to the flusher and wait
+        for the flush to commit it; only then is it reported (log, metrics, slot freed).
+
+        A cancelled handler leaves the row ``running`` (for the next start's reclaim) and its
+        turn lease is given back with the next flush; a cancel while the outcome waits for its
+        flush does not withdraw it. The source reservation is given back on every path.
+        """
+        session_id = row["id"]
+        started = time.monotonic()
+        outcome = "cancelled"
+        submitted = False
+        try:
+            error: str | None = None
+            try:
+                if self.takes_profile:
+                    await self.process(row, claimed.key[0])
+                else:
+                    await self.process(row)
+            except asyncio.CancelledError:
+                logger.warning(
+                    "delivery of %s cancelled; it stays running until reclaimed", session_id
+                )
+                raise
+            except Exception as exc:
+                error = str(exc) or type(exc).__name__
+                logger.info("handoff %s failed: %s", session_id, error)
+            recorded = self.flusher.submit(db, claimed, error)
+            submitted = True
+            outcome = _reported(session_id, error, await asyncio.shield(recorded))
+        finally:
+            if not submitted:
+                self.flusher.give_back(db, claimed)  # the turn lease goes back with a flush
+            await self._release_reservation(claimed)
+            if self.metrics is not None:
+                self.metrics.delivered(outcome, time.monotonic() - started)
 
     async def _pending_rows(self, db: Any) -> list[Row]:
         """The pending rows a tick may claim, oldest first: at most ``limit`` when there is one.
@@ -642,12 +947,17 @@ class HandoffWatch:
         document["messages"] = list(await get_messages(session_id)) if get_messages else []
         return document
 
-    def _forget(self, key: Key, _task: asyncio.Task[None]) -> None:
-        self.in_flight.pop(key, None)
+    def _forget(self, key: Key, task: asyncio.Task[None]) -> None:
+        if self.in_flight.get(key) is task:
+            del self.in_flight[key]
         self._wake()  # a slot is free: a backlog can be claimed now, not an interval later
 
     async def _give_back(self, db: Any, claimed: _Claimed) -> None:
         """Release the turn lease and the source reservation; never raises."""
+        await self._release_turn(db, claimed)
+        await self._release_reservation(claimed)
+
+    async def _release_turn(self, db: Any, claimed: _Claimed) -> None:
         if claimed.turn:
             claimed.turn = False
             self.turns.pop(claimed.key, None)
@@ -661,6 +971,8 @@ class HandoffWatch:
                         claimed.key[1],
                         exc_info=True,
                     )
+
+    async def _release_reservation(self, claimed: _Claimed) -> None:
         if claimed.reservation is not None:
             value, claimed.reservation = claimed.reservation, None
             try:
@@ -716,7 +1028,14 @@ class HandoffWatch:
         return "discarded"
 
     async def _drain(self) -> None:
-        """Stop: give in-flight deliveries ``drain_timeout`` seconds, then cancel the rest."""
+        """Stop: give in-flight deliveries ``drain_timeout`` seconds, then cancel the rest;
+        then flush the outcomes (and turn leases to give back) still queued."""
+        try:
+            await self._wait_for_deliveries()
+        finally:
+            await self.flusher.close()
+
+    async def _wait_for_deliveries(self) -> None:
         tasks = list(self.in_flight.values())
         if not tasks:
             return
@@ -815,30 +1134,55 @@ class HandoffWatch:
                 logger.info("reclaimed %s: its gateway's lease expired", session_id)
 
     async def _keep_turns(self) -> None:
-        """Refresh the turn leases of deliveries in flight, a third of their life apart."""
+        """Refresh the turn leases of deliveries in flight, a third of their life apart: one
+        call per store for all it holds, where the store can."""
         while True:
             await _nap(TURN_LEASE_SECONDS / 3)
+            by_home: dict[Path | None, dict[Key, _Turn]] = {}
             for key, turn in list(self.turns.items()):
+                by_home.setdefault(turn.home, {})[key] = turn
+            for home, turns in by_home.items():
                 try:
-                    async with _enter_scope(turn.home):
-                        refresh = getattr(
-                            self.runner._session_db, "refresh_session_turn_lease", None
-                        )
-                        if refresh is None:
-                            continue
-                        kept = await refresh(
-                            turn.session_id,
-                            _holder_for(self.holder, turn.session_id),
-                            ttl_seconds=TURN_LEASE_SECONDS,
-                        )
+                    async with _enter_scope(home):
+                        lost = await self._refresh_turns(self.runner._session_db, turns)
                 except Exception:
-                    logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)
-                    continue
-                if kept is False and key in self.turns:
                     logger.warning(
-                        "lost the turn lease of %s while delivering it: a local turn may start",
-                        key[1],
+                        "could not refresh the turn leases of %s",
+                        ", ".join(sorted(turn.session_id for turn in turns.values())),
+                        exc_info=True,
                     )
+                    continue
+                for key in lost:
+                    if key in self.turns:
+                        logger.warning(
+                            "lost the turn lease of %s while delivering it: a local turn may start",
+                            key[1],
+                        )
+
+    async def _refresh_turns(self, db: Any, turns: dict[Key, _Turn]) -> list[Key]:
+        """Refresh ``turns`` in ``db``; the keys whose lease another holder has now."""
+        many = getattr(db, "refresh_session_turn_leases", None)
+        if many is not None:
+            holders = {t.session_id: _holder_for(self.holder, t.session_id) for t in turns.values()}
+            kept = set(await many(holders, ttl_seconds=TURN_LEASE_SECONDS))
+            return [key for key, turn in turns.items() if turn.session_id not in kept]
+        refresh = getattr(db, "refresh_session_turn_lease", None)
+        if refresh is None:
+            return []
+        lost = []
+        for key, turn in turns.items():
+            try:
+                kept_one = await refresh(
+                    turn.session_id,
+                    _holder_for(self.holder, turn.session_id),
+                    ttl_seconds=TURN_LEASE_SECONDS,
+                )
+            except Exception:
+                logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)
+                continue
+            if kept_one is False:
+                lost.append(key)
+        return lost
 
     async def _beat(self) -> None:
         """At INFO, every ``heartbeat`` s: scopes, pending rows, deliveries in flight, last tick."""

@@ -383,7 +383,11 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
         "completed",
         "gw-a",
     )
-    gw_a.wait_for_line(f"handoff {session_id} completed")
+    wait_until(
+        lambda: any(" completed " in line and session_id in line for line in gw_a.lines),
+        "gw-a to say it completed the delivery",
+        deadline=DEADLINE,
+    )
     assert session_id not in gw_b.log, gw_b.log
 
 
