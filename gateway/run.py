@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hashlib
 import inspect
 import logging
 import os
@@ -41,7 +40,7 @@ from sqlalchemy.engine import URL
 from hermes_state import AsyncSessionDB, SessionDB, notify
 from hermes_state.engine import hermes_home
 from hermes_state.errors import HermesStateError, SideTaskFailed
-from hermes_state.plans import MAX_BATCH, STRANDED_ERROR
+from hermes_state.plans import MAX_BATCH, STRANDED_ERROR, delivery_holder
 
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -260,13 +259,6 @@ def _turn_holder(db: Any) -> str:
     return f"{socket.gethostname()}:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _holder_for(gateway: str, session_id: str) -> str:
-    """The holder of one delivery's turn lease: per session, so two segments of the same
-    conversation pending at once are delivered one after the other, never together."""
-    digest = hashlib.sha256(session_id.encode()).hexdigest()[:16]
-    return f"handoff:{digest}:{gateway}"[:255]
-
-
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
@@ -328,16 +320,19 @@ class _ScopeState:
     """What the watcher remembers of one scope between ticks."""
 
     change_token: int | None = None
+    tokenless: bool = False  # its store answered None: a server, which has no change token
     backlog: bool = True  # rows may be pending that the last tick did not claim
     listed: int = 0  # pending rows the last listing returned (for the heartbeat)
 
 
 @dataclass
 class _Turn:
-    """A conversation whose turn lease the watcher holds while it delivers."""
+    """A conversation whose turn lease the watcher holds while it delivers (named for the
+    delivery's holder, :func:`~hermes_state.plans.delivery_holder`)."""
 
     home: Path | None
     session_id: str
+    holder: str
 
 
 @dataclass
@@ -347,7 +342,7 @@ class _Claimed:
     key: Key
     home: Path | None
     reservation: Any = None
-    turn: bool = False
+    turn: _Turn | None = None  # the turn lease it holds (its entry in HandoffWatch.turns)
 
 
 def _offers_batches(db: Any) -> bool:
@@ -443,11 +438,7 @@ class _Flusher:
                 named.add(session_id)
                 now.append(finish)
         outcomes = {f.claimed.key[1]: f.error for f in now if not f.release_only}
-        releases = {
-            f.claimed.key[1]: _holder_for(self.watch.holder, f.claimed.key[1])
-            for f in now
-            if f.claimed.turn
-        }
+        releases = {f.claimed.key[1]: f.claimed.turn.holder for f in now if f.claimed.turn}
         done: dict[str, bool] | None = None
         try:
             done = await now[0].db.finish_handoffs(outcomes, release_turns=releases or None)
@@ -463,8 +454,7 @@ class _Flusher:
                 logger.info("completed %d handoff(s): %s", len(completed), ", ".join(completed))
         finally:
             for finish in now:
-                finish.claimed.turn = False
-                self.watch.turns.pop(finish.claimed.key, None)
+                self.watch.drop_turn(finish.claimed)
                 if not finish.recorded.done():
                     session_id = finish.claimed.key[1]
                     finish.recorded.set_result(None if done is None else done.get(session_id))
@@ -648,12 +638,13 @@ class HandoffWatch:
         """
         state = self.states.setdefault(profile_name, _ScopeState())
         db = self.runner._session_db
-        token_of = getattr(db, "handoff_change_token", None)
+        token_of = None if state.tokenless else getattr(db, "handoff_change_token", None)
         if token_of is not None:
             token = await token_of()
             if token is not None and token == state.change_token and not state.backlog:
                 return
             state.change_token = token
+            state.tokenless = token is None
         # Until this tick's listing and claims succeed, assume rows are waiting: a tick that
         # fails half way must not leave the next ticks skipping on an unchanged token.
         state.backlog = True
@@ -663,6 +654,8 @@ class HandoffWatch:
         self, db: Any, profile_name: str | None, home: Path | None, state: _ScopeState
     ) -> bool:
         """Claim and dispatch what the listing offers; True when rows may be left waiting."""
+        if self._takes_oldest(db):
+            return await self._claim_next(db, profile_name, home, state)
         rows = await self._pending_rows(db)
         state.listed = len(rows)
         limit = self.limit
@@ -732,7 +725,9 @@ class HandoffWatch:
         reserve = getattr(self.runner, "_reserve_handoff_source", None)
         holders = None
         if getattr(db, "try_acquire_session_turn_lease", None) is not None:
-            holders = {session_id: _holder_for(self.holder, session_id) for session_id in pending}
+            holders = {
+                session_id: delivery_holder(self.holder, session_id) for session_id in pending
+            }
         try:
             if reserve is not None:
                 for session_id, claimed in pending.items():
@@ -747,49 +742,102 @@ class HandoffWatch:
             for claimed in pending.values():
                 await self._give_back(db, claimed)
             raise
-        won = [row for row in batch.rows if row["id"] in pending]
+        won: list[dict[str, Any]] = [row for row in batch.rows if row["id"] in pending]
         taken = {row["id"] for row in won}
         for session_id, claimed in pending.items():
             if session_id not in taken:
                 await self._give_back(db, claimed)
         held = set(batch.turn_held) & pending.keys()
-        raced = len(pending) - len(won) - len(held) > 0
-        if not won:
-            return bool(held), raced
-        scope = profile_name or "root"
+        await self._launch(db, won, pending, holders, profile_name)
+        return bool(held), len(pending) - len(won) - len(held) > 0
+
+    async def _claim_next(
+        self, db: Any, profile_name: str | None, home: Path | None, state: _ScopeState
+    ) -> bool:
+        """The batch path without a listing: claim the oldest pending rows, as many as slots
+        are free, with their turn leases, in one call (other gateways' rows are skipped, so
+        gateways draining one backlog take disjoint rows); True when rows may be waiting."""
+        limit = self.limit
+        free = MAX_BATCH if limit is None else min(MAX_BATCH, limit - len(self.in_flight))
+        if free <= 0:
+            return True  # every slot is busy: look again once one frees up
+        gateway = None
+        if getattr(db, "try_acquire_session_turn_lease", None) is not None:
+            gateway = self.holder
+        # A row still in flight here can be pending again (an operator failed it and the
+        # user asked again): it waits until its delivery ends.
+        busy = [session_id for scope, session_id in self.in_flight if scope == profile_name]
+        batch = await db.claim_next_handoffs(
+            free, exclude=busy, turn_gateway=gateway, turn_seconds=TURN_LEASE_SECONDS
+        )
+        state.listed = len(batch.rows) + len(batch.turn_held)
+        claims = {row["id"]: _Claimed((profile_name, row["id"]), home) for row in batch.rows}
+        holders = None
+        if gateway is not None:
+            holders = {session_id: delivery_holder(gateway, session_id) for session_id in claims}
+        await self._launch(db, batch.rows, claims, holders, profile_name)
+        full = state.listed >= free
+        if full and (limit is None or len(self.in_flight) < limit):
+            self._wake()  # a full batch and slots to spare: claim more now
+        return full or bool(batch.turn_held) or bool(busy)
+
+    def _takes_oldest(self, db: Any) -> bool:
+        """Whether a tick may claim the oldest pending rows without listing them first: the
+        store can, and the runner neither checks turns in-process nor reserves sources (both
+        need the ids before the claim)."""
+        runner = self.runner
+        return (
+            getattr(db, "claim_next_handoffs", None) is not None
+            and getattr(db, "finish_handoffs", None) is not None
+            and getattr(runner, "_is_session_running", None) is None
+            and getattr(runner, "_reserve_handoff_source", None) is None
+        )
+
+    async def _launch(
+        self,
+        db: Any,
+        rows: list[dict[str, Any]],
+        claims: dict[str, _Claimed],
+        holders: dict[str, str] | None,
+        profile_name: str | None,
+    ) -> None:
+        """Dispatch the rows a batch claim won: each its own task, with its transcript when
+        the runner wants documents (read for all in one call)."""
+        if not rows:
+            return
         logger.info(
             "claimed %d handoff(s) in %s: %s",
-            len(won),
-            scope,
-            ", ".join(f"{row['id']} ({row.get('handoff_platform')})" for row in won),
+            len(rows),
+            profile_name or "root",
+            ", ".join(f"{row['id']} ({row.get('handoff_platform')})" for row in rows),
         )
-        for row in won:
-            claimed = pending[row["id"]]
+        for row in rows:
             if holders is not None:
-                claimed.turn = True
-                self.turns[claimed.key] = _Turn(home, row["id"])
+                self.hold_turn(claims[row["id"]], holders[row["id"]])
             if self.metrics is not None:
                 self.metrics.claimed(row)
         try:
-            documents = await self._documents(db, won) if self.wants_document else won
+            documents = await self._documents(db, rows) if self.wants_document else rows
         except Exception as exc:
-            logger.exception("could not read the transcripts of %s; failing them", sorted(taken))
+            failed = sorted(row["id"] for row in rows)
+            logger.exception("could not read the transcripts of %s; failing them", failed)
             error = f"the gateway could not start the delivery: {exc}"
-            for row in won:
-                claimed = pending[row["id"]]
+            for row in rows:
+                claimed = claims[row["id"]]
                 self._track(claimed, self._fail_undelivered(db, claimed, error))
-            return bool(held), raced
+            return
         for document in documents:
-            self._start(db, document, pending[document["id"]])
-        return bool(held), raced
+            self._start(db, document, claims[document["id"]])
 
-    async def _documents(self, db: Any, rows: list[Row]) -> list[dict[str, Any]]:
+    async def _documents(self, db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The rows as claimed, each with its transcript: one read for all when the store can."""
         many = getattr(db, "get_transcripts", None)
         if many is None:
             return [await self._document(db, row) for row in rows]
         transcripts = await many([row["id"] for row in rows])
-        return [{**row, "messages": list(transcripts.get(row["id"], []))} for row in rows]
+        for row in rows:  # the claim's own rows: filled in place
+            row["messages"] = list(transcripts.get(row["id"], []))
+        return rows
 
     def _start(self, db: Any, document: dict[str, Any], claimed: _Claimed) -> None:
         """Start one batched delivery as its own task. One that cannot start is failed, by a
@@ -815,7 +863,7 @@ class HandoffWatch:
     async def _fail_undelivered(self, db: Any, claimed: _Claimed, error: str) -> None:
         """Fail a claimed row whose delivery never started, through the flusher."""
         try:
-            recorded = await asyncio.shield(self.flusher.submit(db, claimed, error))
+            recorded = await self.flusher.submit(db, claimed, error)
             if recorded is False:
                 _discarded("failure", claimed.key[1])
         finally:
@@ -850,7 +898,8 @@ class HandoffWatch:
                 logger.info("handoff %s failed: %s", session_id, error)
             recorded = self.flusher.submit(db, claimed, error)
             submitted = True
-            outcome = _reported(session_id, error, await asyncio.shield(recorded))
+            # A cancel now leaves the outcome queued: the flush records it all the same.
+            outcome = _reported(session_id, error, await recorded)
         finally:
             if not submitted:
                 self.flusher.give_back(db, claimed)  # the turn lease goes back with a flush
@@ -896,13 +945,12 @@ class HandoffWatch:
         try:
             acquire = getattr(db, "try_acquire_session_turn_lease", None)
             if acquire is not None:
-                holder = _holder_for(self.holder, session_id)
+                holder = delivery_holder(self.holder, session_id)
                 if not await acquire(session_id, holder, ttl_seconds=TURN_LEASE_SECONDS):
                     logger.debug("%s: its conversation's turn is taken; later", session_id)
                     await self._give_back(db, claimed)
                     return None
-                claimed.turn = True
-                self.turns[key] = _Turn(home, session_id)
+                self.hold_turn(claimed, holder)
             won = bool(await db.claim_handoff(session_id))
         except BaseException:
             await self._give_back(db, claimed)
@@ -957,14 +1005,25 @@ class HandoffWatch:
         await self._release_turn(db, claimed)
         await self._release_reservation(claimed)
 
+    def hold_turn(self, claimed: _Claimed, holder: str) -> None:
+        """Note that ``claimed``'s delivery holds its conversation's turn lease for ``holder``."""
+        claimed.turn = _Turn(claimed.home, claimed.key[1], holder)
+        self.turns[claimed.key] = claimed.turn
+
+    def drop_turn(self, claimed: _Claimed) -> _Turn | None:
+        """Forget ``claimed``'s turn lease (given back, or left to expire); the one it held."""
+        turn, claimed.turn = claimed.turn, None
+        if turn is not None and self.turns.get(claimed.key) is turn:
+            del self.turns[claimed.key]
+        return turn
+
     async def _release_turn(self, db: Any, claimed: _Claimed) -> None:
-        if claimed.turn:
-            claimed.turn = False
-            self.turns.pop(claimed.key, None)
+        turn = self.drop_turn(claimed)
+        if turn is not None:
             release = getattr(db, "release_session_turn_lease", None)
             if release is not None:
                 try:
-                    await release(claimed.key[1], _holder_for(self.holder, claimed.key[1]))
+                    await release(claimed.key[1], turn.holder)
                 except Exception:
                     logger.warning(
                         "could not release the turn lease of %s; it expires by itself",
@@ -1163,7 +1222,7 @@ class HandoffWatch:
         """Refresh ``turns`` in ``db``; the keys whose lease another holder has now."""
         many = getattr(db, "refresh_session_turn_leases", None)
         if many is not None:
-            holders = {t.session_id: _holder_for(self.holder, t.session_id) for t in turns.values()}
+            holders = {turn.session_id: turn.holder for turn in turns.values()}
             kept = set(await many(holders, ttl_seconds=TURN_LEASE_SECONDS))
             return [key for key, turn in turns.items() if turn.session_id not in kept]
         refresh = getattr(db, "refresh_session_turn_lease", None)
@@ -1173,9 +1232,7 @@ class HandoffWatch:
         for key, turn in turns.items():
             try:
                 kept_one = await refresh(
-                    turn.session_id,
-                    _holder_for(self.holder, turn.session_id),
-                    ttl_seconds=TURN_LEASE_SECONDS,
+                    turn.session_id, turn.holder, ttl_seconds=TURN_LEASE_SECONDS
                 )
             except Exception:
                 logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)

@@ -194,6 +194,17 @@ class NativeAsyncSessionDB(StoreSettings):
     ) -> ClaimBatch:
         return await self._run(self._plans.claim_handoffs(session_ids, turn_holders, turn_seconds))
 
+    async def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        plan = self._plans.claim_next_handoffs(limit, exclude, turn_gateway, turn_seconds)
+        return await self._run(plan)
+
     async def complete_handoff(self, session_id: str) -> bool:
         return await self._run(self._plans.complete_handoff(session_id))
 

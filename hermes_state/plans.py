@@ -10,6 +10,7 @@ connection is touched, so bad input never opens a transaction.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import threading
 import time
@@ -27,7 +28,7 @@ from .errors import (
     InvalidInputTypeError,
     UnknownSessionError,
 )
-from .models import HandoffState
+from .models import ID_LENGTH, HandoffState
 from .statements import Capabilities, ReclaimScope, Transition
 from .validation import (
     NAME_LENGTH,
@@ -59,6 +60,7 @@ __all__ = [
     "PlanBook",
     "Step",
     "UnknownSessionError",
+    "delivery_holder",
     "lease_patience",
 ]
 
@@ -535,11 +537,7 @@ def _claim_given(
         if holders is not None:
             arrays["holders"] = [holders[session_id] for session_id in ids]
         outcome = yield Step(statements.claim_given(holders is not None), arrays)
-        rows, held = [], []
-        for row in outcome.rows:
-            picked = row.pop(statements.PICKED)
-            (rows.append(row) if row["id"] is not None else held.append(picked))
-        return ClaimBatch(_oldest_first(rows), sorted(held))
+        return _claimed_or_held(outcome)
     picked = []
     for session_id in ids:
         found = yield Step(statements.pending_row_locked(), {"session_id": session_id})
@@ -570,6 +568,45 @@ def _claim_given(
         claimed = yield Step(statements.get_session(), {"session_id": session_id})
         rows.extend(claimed.rows)
     return ClaimBatch(_oldest_first(rows), sorted(held))
+
+
+def _claimed_or_held(outcome: Outcome) -> ClaimBatch:
+    """A claim statement's answer: a row per row it locked, the claimed ones whole."""
+    rows, held = [], []
+    for row in outcome.rows:
+        picked = row.pop(statements.PICKED)
+        if row["id"] is not None:
+            rows.append(row)
+        else:
+            held.append(picked)
+    return ClaimBatch(_oldest_first(rows), sorted(held))
+
+
+def _claim_next(
+    caps: Capabilities, gateway: str | None, params: Mapping[str, Any]
+) -> Body[ClaimBatch]:
+    if caps.single_statement:
+        outcome = yield Step(statements.claim_next(gateway is not None), params)
+        return _claimed_or_held(outcome)
+    # Pick enough to have ``limit`` once the rows to leave alone are left out.
+    excluded = set(params["exclude"])
+    over = {"limit": params["limit"] + len(excluded)}
+    picked = yield Step(statements.oldest_pending_locked(), over)
+    ids = [row["id"] for row in picked.rows if row["id"] not in excluded][: params["limit"]]
+    if not ids:
+        return ClaimBatch([], [])
+    holders = None if gateway is None else {i: delivery_holder(gateway, i) for i in ids}
+    return (yield from _claim_given(caps, ids, holders, params))
+
+
+def delivery_holder(gateway: str, session_id: str) -> str:
+    """Whom the turn lease of one delivery of ``session_id`` by ``gateway`` names: per
+    session, so two segments of one conversation pending at once are delivered one after the
+    other, never together; and stable across the gateway's restarts, so its next life takes a
+    dead one's leases back at once. (:func:`statements.delivery_holder` is the same rule in
+    SQL.)"""
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:16]
+    return f"handoff:{digest}:{gateway}"[:ID_LENGTH]
 
 
 def _oldest_first(rows: list[Row]) -> list[Row]:
@@ -826,6 +863,33 @@ class PlanBook:
         if not ids:
             return Plan(_constant, ClaimBatch([], []), writes=False)
         return Plan(_claim_given, ids, holders, params, writes=True, after=self._record_batch)
+
+    def claim_next_handoffs(
+        self,
+        limit: object,
+        exclude: object = (),
+        turn_gateway: object = None,
+        turn_seconds: object = 300.0,
+    ) -> Plan[ClaimBatch]:
+        """:meth:`claim_handoffs` of the ``limit`` oldest pending rows no other claimer holds,
+        but those in ``exclude``; each row's turn lease (with ``turn_gateway``) named for its
+        :func:`delivery_holder`."""
+        now = self.clock()
+        ownership = self.ownership
+        params: dict[str, Any] = {
+            "limit": require_count("limit", limit, maximum=MAX_BATCH),
+            "exclude": require_identifiers("exclude", exclude),
+            "now": now,
+            "actor": self.actor,
+            "owner": ownership.owner if ownership else None,
+            "lease_expires_at": ownership.lease_until(now) if ownership else None,
+        }
+        gateway = None
+        if turn_gateway is not None:
+            gateway = require_identifier("turn_gateway", turn_gateway)
+            ttl = max(MIN_TURN_LEASE_SECONDS, require_seconds("turn_seconds", turn_seconds))
+            params.update(turn_gateway=gateway, turn_until=now + ttl)
+        return Plan(_claim_next, gateway, params, writes=True, after=self._record_batch)
 
     def _record_batch(self, batch: ClaimBatch) -> ClaimBatch:
         self._record_claims(batch.rows)

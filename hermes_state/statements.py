@@ -45,6 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.util import ClauseAdapter
 
 from .models import (
+    ID_LENGTH,
     REQUESTABLE_STATES,
     HandoffState,
     handoff_events,
@@ -1135,27 +1136,65 @@ def claim_given(turns: bool) -> Select[Any]:
 
     Answers one row per row locked: :data:`PICKED` and, for a row claimed, the row as claimed.
     """
-    from sqlalchemy.dialects.postgresql import distinct_on
-
-    ids = _pg_array("ids")
     picked = (
         select(_c.id, _c.started_at)
-        .where(_c.id == any_(ids), state_is(HandoffState.PENDING))
+        .where(_c.id == any_(_pg_array("ids")), state_is(HandoffState.PENDING))
         .order_by(_c.id)
         .with_for_update(skip_locked=True)
         .cte("picked")
     )
+    given = _unnested(("ids", "id", String()), ("holders", "holder", String())) if turns else None
+    return _claim_picked(picked, turns, given)
+
+
+@functools.cache
+def claim_next(turns: bool) -> Select[Any]:
+    """PostgreSQL, one statement: :func:`claim_given` for the ``:limit`` oldest pending rows
+    no other claimer has locked, leaving out the ids ``:exclude``, each row's turn lease taken
+    for its delivery holder (:func:`delivery_holder`) of the gateway ``:turn_gateway``."""
+    picked = (
+        _oldest_pending(False)
+        .add_columns(_c.started_at)
+        .where(_c.id != all_(_pg_array("exclude")))
+        .with_for_update(skip_locked=True)
+        .cte("picked")
+    )
+    return _claim_picked(picked, turns, None)
+
+
+def delivery_holder(session_id: ColumnElement[str]) -> ColumnElement[str]:
+    """PostgreSQL: the holder :func:`hermes_state.plans.delivery_holder` names for a delivery
+    of ``session_id`` by the gateway ``:turn_gateway``, computed by the database (the two are
+    the same rule; a test holds them to it)."""
+    digest = func.left(
+        func.encode(
+            func.sha256(func.convert_to(session_id, literal_column("'UTF8'"))),
+            literal_column("'hex'"),
+        ),
+        literal_column("16"),
+    )
+    gateway = bindparam("turn_gateway", type_=String())
+    holder = literal_column("'handoff:'", String()) + digest + literal_column("':'") + gateway
+    return func.left(holder, literal_column(str(ID_LENGTH)), type_=String())
+
+
+def _claim_picked(picked: Any, turns: bool, given: Any) -> Select[Any]:
+    """The claim of the ``picked`` rows (see :func:`claim_given`); holders from ``given``
+    (``unnest(:ids, :holders)``), else derived with :func:`delivery_holder`."""
+    from sqlalchemy.dialects.postgresql import distinct_on
+
     target: Any = picked
     if turns:
-        wanted = _unnested(("ids", "id", String()), ("holders", "holder", String()))
         roots = _lineage_roots(picked, "lineage")
+        joined = roots.join(picked, picked.c.id == roots.c.id)
+        if given is not None:
+            joined = joined.join(given, given.c.id == roots.c.id)
+            holder = given.c.holder
+        else:
+            holder = delivery_holder(roots.c.id)
         chosen = (
-            select(roots.c.id, roots.c.conversation, wanted.c.holder)
-            .select_from(
-                roots.join(picked, picked.c.id == roots.c.id).join(
-                    wanted, wanted.c.id == roots.c.id
-                )
-            )
+            select(roots.c.id, roots.c.conversation, holder.label("holder"))
+            .select_from(joined)
             .ext(distinct_on(roots.c.conversation))
             .order_by(roots.c.conversation, picked.c.started_at, picked.c.id)
             .cte("chosen")
@@ -1188,6 +1227,13 @@ def claim_given(turns: bool) -> Select[Any]:
         .select_from(picked.outerjoin(moved, moved.c.id == picked.c.id))
         .add_cte(recorded)
     )
+
+
+@functools.cache
+def oldest_pending_locked() -> Select[tuple[str]]:
+    """The ids of the ``:limit`` oldest pending rows no other claimer has locked, locked (the
+    first step of :func:`claim_next` where it is not one statement)."""
+    return _oldest_pending(False).with_for_update(skip_locked=True)
 
 
 def _take_turns(chosen: Any) -> Any:

@@ -239,6 +239,22 @@ class SessionDB(StoreSettings):
         """
         return self._run(self._plans.claim_handoffs(session_ids, turn_holders, turn_seconds))
 
+    def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim up to ``limit`` of the oldest pending rows no other claimer holds, leaving
+        out the ids in ``exclude`` (rows the caller still delivers), as :meth:`claim_handoffs`
+        claims given rows (one statement on PostgreSQL). With ``turn_gateway``, each row's turn
+        lease is taken for the holder :func:`~hermes_state.plans.delivery_holder` names for a
+        delivery by that gateway."""
+        plan = self._plans.claim_next_handoffs(limit, exclude, turn_gateway, turn_seconds)
+        return self._run(plan)
+
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed, clearing the error. With an owner, only this store's claim."""
         return self._run(self._plans.complete_handoff(session_id))

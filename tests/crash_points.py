@@ -81,7 +81,12 @@ class StoppingStore(SessionDB):
         return won
 
     def claim_handoffs(self, session_ids: Iterable[str], **options: Any) -> ClaimBatch:
-        batch = super().claim_handoffs(session_ids, **options)
+        return self._stop_after(super().claim_handoffs(session_ids, **options))
+
+    def claim_next_handoffs(self, limit: int, **options: Any) -> ClaimBatch:
+        return self._stop_after(super().claim_next_handoffs(limit, **options))
+
+    def _stop_after(self, batch: ClaimBatch) -> ClaimBatch:
         if batch.rows and self.point == "claimed":
             mark("claimed", batch.rows[0]["id"])
             hang()

@@ -844,8 +844,7 @@ async def test_store_work_never_runs_on_the_event_loop(
     for expected in (
         "__init__",  # the profile's store, opened by the watcher
         "reclaim_stale_running_handoffs",
-        "list_pending_handoffs",
-        "claim_handoffs",  # a tick's rows, with their turn leases, in one call
+        "claim_next_handoffs",  # a tick's rows, with their turn leases, in one call
         "get_transcripts",
         "finish_handoffs",  # the deliveries that ended together, in one call
         "has_pending_handoffs",  # the profile's idle gate
