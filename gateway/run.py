@@ -383,6 +383,12 @@ class _Flusher:
         self.ready = asyncio.Event()
         self.closing = False
         self.task: asyncio.Task[None] | None = None
+        #: Held while a flush runs: lease upkeep takes it too, so a renewal never races a
+        #: flush that is finishing the rows it renews.
+        self.lock = asyncio.Lock()
+        #: Deliveries whose outcome a flush settled (recorded, discarded or failed to record)
+        #: and that have not left the in-flight table yet: no lease of theirs is kept up.
+        self.settled: set[Key] = set()
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -425,22 +431,28 @@ class _Flusher:
             for finish in batch:
                 groups.setdefault(id(finish.db), []).append(finish)
             for group in groups.values():
-                await self._flush_group(group)
+                now: list[_Finish] = []
+                named: set[str] = set()
+                for finish in group:
+                    session_id = finish.claimed.key[1]
+                    if session_id in named:  # the same session twice: the second waits
+                        self.queue.append(finish)
+                    else:
+                        named.add(session_id)
+                        now.append(finish)
+                await self._flush_group(now)
 
-    async def _flush_group(self, group: list[_Finish]) -> None:
-        now: list[_Finish] = []
-        named: set[str] = set()
-        for finish in group:
-            session_id = finish.claimed.key[1]
-            if session_id in named:  # the same session twice: the second waits its turn
-                self.queue.append(finish)
-            else:
-                named.add(session_id)
-                now.append(finish)
-        outcomes = {f.claimed.key[1]: f.error for f in now if not f.release_only}
-        releases = {f.claimed.key[1]: f.claimed.turn.holder for f in now if f.claimed.turn}
+    async def _flush_group(self, now: list[_Finish]) -> None:
+        async with self.lock:
+            await self._flush_locked(now)
+
+    async def _flush_locked(self, now: list[_Finish]) -> None:
+        """One store call for ``now``; every future in it is resolved, whatever happens."""
         done: dict[str, bool] | None = None
+        outcomes: dict[str, str | None] = {}
         try:
+            outcomes = {f.claimed.key[1]: f.error for f in now if not f.release_only}
+            releases = {f.claimed.key[1]: f.claimed.turn.holder for f in now if f.claimed.turn}
             done = await now[0].db.finish_handoffs(outcomes, release_turns=releases or None)
         except Exception:
             logger.exception(
@@ -455,6 +467,8 @@ class _Flusher:
         finally:
             for finish in now:
                 self.watch.drop_turn(finish.claimed)
+                if not finish.release_only:
+                    self.settled.add(finish.claimed.key)
                 if not finish.recorded.done():
                     session_id = finish.claimed.key[1]
                     finish.recorded.set_result(None if done is None else done.get(session_id))
@@ -998,6 +1012,7 @@ class HandoffWatch:
     def _forget(self, key: Key, task: asyncio.Task[None]) -> None:
         if self.in_flight.get(key) is task:
             del self.in_flight[key]
+            self.flusher.settled.discard(key)
         self._wake()  # a slot is free: a backlog can be claimed now, not an interval later
 
     async def _give_back(self, db: Any, claimed: _Claimed) -> None:
@@ -1168,19 +1183,28 @@ class HandoffWatch:
         while True:
             await _nap(period)
             for profile_name, home in self.scopes:
-                held = [sid for scope, sid in list(self.in_flight) if scope == profile_name]
                 try:
                     async with _enter_scope(home):
-                        await self._upkeep(self.runner._session_db, held)
+                        await self._upkeep(self.runner._session_db, profile_name)
                 except Exception:
                     logger.warning(
                         "lease upkeep failed in %s", profile_name or "the root store", exc_info=True
                     )
 
-    async def _upkeep(self, db: Any, held: list[str]) -> None:
+    def _unsettled(self, profile_name: str | None) -> list[str]:
+        """The rows of a scope in flight whose outcome no flush has settled yet."""
+        settled = self.flusher.settled
+        return [key[1] for key in self.in_flight if key[0] == profile_name and key not in settled]
+
+    async def _upkeep(self, db: Any, profile_name: str | None) -> None:
         renew = getattr(db, "renew_handoff_leases", None)
-        if held and renew is not None:
-            renewed = set(await renew(held))
+        held: list[str] = []
+        renewed: set[str] = set()
+        if renew is not None:
+            async with self.flusher.lock:  # wholly before a flush, or wholly after it
+                held = self._unsettled(profile_name)
+                if held:
+                    renewed = set(await renew(held))
             for session_id in sorted(set(held) - renewed):
                 logger.warning(
                     "lost the lease of %s: another gateway may have reclaimed it; "
@@ -1202,7 +1226,9 @@ class HandoffWatch:
                 by_home.setdefault(turn.home, {})[key] = turn
             for home, turns in by_home.items():
                 try:
-                    async with _enter_scope(home):
+                    async with _enter_scope(home), self.flusher.lock:
+                        # A flush that gave a lease back meanwhile dropped it from the table.
+                        turns = {k: t for k, t in turns.items() if self.turns.get(k) is t}
                         lost = await self._refresh_turns(self.runner._session_db, turns)
                 except Exception:
                     logger.warning(
