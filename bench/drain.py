@@ -14,6 +14,11 @@ so process start-up and the seeding of the queue are not counted. Rounds rotate 
 the systems, and the verdict compares hermes-state with procrastinate, the slowest queue the
 issue that asked for this benchmark measured (bar: five times as fast, a ratio of 0.2 or less).
 
+Two figures less moved by the machine's load go in the notes, medians over the rounds: the
+database transactions each unit cost (``pg_stat_database`` of the system's own database,
+less this process's own polls), and the worker process's CPU time per unit while it drained
+(from the first unit it finished to the last; Linux only).
+
 procrastinate and pgqueuer come with the ``bench`` extra (``pip install -e '.[bench]'``); a
 system that is not installed is skipped with a line on stderr. ``python -m bench.drain
 procrastinate|pgqueuer URL`` is the worker half of each case (the parent starts it).
@@ -23,11 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
+import statistics
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from sqlalchemy.engine import URL
@@ -56,7 +65,7 @@ def run(quick: bool) -> list[Result]:
     if server is None:
         fixtures.skipping(NAME)
         return []
-    systems: dict[str, Callable[[URL, int], float]] = {HERMES: _drain_hermes}
+    systems: dict[str, Callable[[URL, int], Drained]] = {HERMES: _drain_hermes}
     for label, module, drain in (
         (PROCRASTINATE, "procrastinate", _drain_procrastinate),
         (PGQUEUER, "pgqueuer", _drain_pgqueuer),
@@ -71,18 +80,17 @@ def run(quick: bool) -> list[Result]:
     units = QUICK_UNITS if quick else UNITS
     rounds = QUICK_ROUNDS if quick else ROUNDS
     samples: dict[str, Samples] = {label: [] for label in systems}
+    drains: dict[str, list[Drained]] = {label: [] for label in systems}
     order = list(systems)
     for round_index in range(rounds):
         shift = round_index % len(order)
         for label in order[shift:] + order[:shift]:
-            seconds = systems[label](server, units)
-            samples[label].append(seconds / units)
-            print(f"  {NAME}: {label}: {units / seconds:,.0f}/s", file=sys.stderr, flush=True)
+            drained = systems[label](server, units)
+            samples[label].append(drained.seconds / units)
+            drains[label].append(drained)
+            print(f"  {NAME}: {label}: {drained.describe(units)}", file=sys.stderr, flush=True)
     baseline = PROCRASTINATE if PROCRASTINATE in samples else HERMES
-    notes = {
-        label: f"{1 / (sorted(values)[len(values) // 2]):,.0f} units/s (median round)"
-        for label, values in samples.items()
-    }
+    notes = {label: _note(values, units) for label, values in drains.items()}
     return summarize(
         NAME,
         f"{units} no-op units, concurrency {CONCURRENCY}, PostgreSQL",
@@ -92,6 +100,32 @@ def run(quick: bool) -> list[Result]:
         limits={k: v for k, v in LIMITS.items() if baseline != k},
         notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class Drained:
+    """One drain: its span from the system's own timestamps, the database transactions it
+    cost, and its worker's CPU seconds per unit while draining (None where not measured)."""
+
+    seconds: float
+    transactions: int
+    cpu_per_unit: float | None
+
+    def describe(self, units: int) -> str:
+        cpu = "" if self.cpu_per_unit is None else f", {self.cpu_per_unit * 1e6:,.0f} µs CPU/unit"
+        return (
+            f"{units / self.seconds:,.0f}/s, {self.transactions / units:.2f} transactions/unit{cpu}"
+        )
+
+
+def _note(drains: list[Drained], units: int) -> str:
+    rate = statistics.median(units / drained.seconds for drained in drains)
+    transactions = statistics.median(drained.transactions / units for drained in drains)
+    note = f"{rate:,.0f} units/s (median round); {transactions:.2f} transactions/unit"
+    cpus = [drained.cpu_per_unit for drained in drains if drained.cpu_per_unit is not None]
+    if cpus:
+        note += f"; worker CPU {statistics.median(cpus) * 1e6:,.0f} µs/unit"
+    return note
 
 
 # -- databases ---------------------------------------------------------------------------------
@@ -107,9 +141,30 @@ def _query_one(url: URL, sql: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
-def _counts(url: URL, sql: str, units: int) -> Callable[[], bool]:
-    """A check that ``sql`` (a count) has reached ``units``."""
-    return lambda: bool(_query_one(url, sql)[0] == units)
+def _counter(url: URL, sql: str) -> Callable[[], int]:
+    """How many units ``sql`` (a count) says are finished, read afresh at each call."""
+    return lambda: int(_query_one(url, sql)[0])
+
+
+def _transactions(url: URL) -> int:
+    """Transactions committed or rolled back in the database so far (each of this process's
+    queries is one, on a connection of its own)."""
+    return int(
+        _query_one(
+            url,
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()",
+        )[0]
+    )
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of a running (or not yet reaped) process; Linux only."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _span(url: URL, sql: str, units: int, system: str) -> float:
@@ -121,12 +176,20 @@ def _span(url: URL, sql: str, units: int, system: str) -> float:
     return float(last - first)
 
 
-def _drain(command: list[str], done: Callable[[], bool], system: str) -> None:
-    """Run a worker until ``done()`` (then stop it) or until it exits by itself.
+def _drain(
+    command: list[str], url: URL, finished: Callable[[], int], units: int, system: str
+) -> tuple[int, float | None]:
+    """Run a worker until ``finished()`` reaches ``units`` (then stop it) or it exits by itself.
 
-    Its output goes to a file in the run's scratch folder, shown only when something failed.
+    Returns the database transactions the worker made (this process's polls taken out) and
+    its CPU seconds per unit between the first and the last poll that saw it draining (units
+    finished and CPU time read together; start-up and shutdown are not counted). Its output
+    goes to a file in the run's scratch folder, shown only when something failed.
     """
     log = fixtures.scratch() / f"{NAME}-{uuid.uuid4().hex[:8]}.log"
+    polls = 0
+    before = _transactions(url)
+    seen: list[tuple[int, float]] = []  # (units finished, the worker's CPU seconds) per poll
     with log.open("wb") as output:
         process = subprocess.Popen(
             command,
@@ -137,11 +200,22 @@ def _drain(command: list[str], done: Callable[[], bool], system: str) -> None:
         )
         deadline = time.monotonic() + DRAIN_TIMEOUT
         try:
-            while process.poll() is None and not done():
+            count = 0
+            while process.poll() is None:
+                cpu = _cpu_seconds(process.pid)
+                count = finished()
+                polls += 1
+                if count > 0 and cpu is not None:
+                    seen.append((count, cpu))
+                if count >= units:
+                    break
                 if time.monotonic() > deadline:
                     raise BenchmarkError(f"{system} did not drain in {DRAIN_TIMEOUT:g} s")
                 time.sleep(0.05)
-            if not done():
+            if count < units:
+                count = finished()
+                polls += 1
+            if count < units:
                 tail = log.read_text(errors="replace")[-2000:]
                 raise BenchmarkError(f"{system} exited before draining its queue:\n{tail}")
         finally:
@@ -152,6 +226,11 @@ def _drain(command: list[str], done: Callable[[], bool], system: str) -> None:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+    cpu_per_unit = None
+    if len(seen) >= 2 and seen[-1][0] > seen[0][0]:
+        cpu_per_unit = (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
+    # The reading before, and every poll, were transactions of this process's own.
+    return _transactions(url) - before - 1 - polls, cpu_per_unit
 
 
 def _worker(system: str, url: URL) -> list[str]:
@@ -162,7 +241,7 @@ def _worker(system: str, url: URL) -> list[str]:
 # -- hermes-state ------------------------------------------------------------------------------
 
 
-def _drain_hermes(server: URL, units: int) -> float:
+def _drain_hermes(server: URL, units: int) -> Drained:
     with fixtures.pg_database(server) as url:
         _seed_handoffs(url, units)
         command = [
@@ -170,11 +249,9 @@ def _drain_hermes(server: URL, units: int) -> float:
             *("watch", "--handler", "bench.drain:deliver", "--owner", "bench-drain"),
             *("--max-concurrency", str(CONCURRENCY)),
         ]
-        done = _counts(
-            url, "SELECT count(*) FROM sessions WHERE handoff_state = 'completed'", units
-        )
-        _drain(command, done, HERMES)
-        return _span(
+        finished = _counter(url, "SELECT count(*) FROM sessions WHERE handoff_state = 'completed'")
+        transactions, cpu = _drain(command, url, finished, units, HERMES)
+        seconds = _span(
             url,
             "SELECT count(*) FILTER (WHERE to_state = 'running'), "
             "count(*) FILTER (WHERE to_state = 'completed'), "
@@ -183,6 +260,7 @@ def _drain_hermes(server: URL, units: int) -> float:
             units,
             HERMES,
         )
+        return Drained(seconds, transactions, cpu)
 
 
 def _seed_handoffs(url: URL, units: int) -> None:
@@ -228,17 +306,19 @@ def _procrastinate_app(url: URL) -> Any:
     return app
 
 
-def _drain_procrastinate(server: URL, units: int) -> float:
+def _drain_procrastinate(server: URL, units: int) -> Drained:
     with fixtures.pg_database(server, at_head=False) as url:
         app = _procrastinate_app(url)
         with app.open():
             app.schema_manager.apply_schema()
             app.tasks["noop"].batch_defer(*({} for _ in range(units)))
-        done = _counts(
-            url, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'", units
+        finished = _counter(
+            url, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
         )
-        _drain(_worker("procrastinate", url), done, PROCRASTINATE)
-        return _span(
+        transactions, cpu = _drain(
+            _worker("procrastinate", url), url, finished, units, PROCRASTINATE
+        )
+        seconds = _span(
             url,
             "SELECT count(*) FILTER (WHERE type = 'started'), "
             "count(*) FILTER (WHERE type = 'succeeded'), "
@@ -248,6 +328,7 @@ def _drain_procrastinate(server: URL, units: int) -> float:
             units,
             PROCRASTINATE,
         )
+        return Drained(seconds, transactions, cpu)
 
 
 def _work_procrastinate(url: URL) -> None:
@@ -263,12 +344,12 @@ async def _pgqueuer_connect(url: URL) -> Any:
     return await asyncpg.connect(fixtures.pg_conninfo(url))
 
 
-def _drain_pgqueuer(server: URL, units: int) -> float:
+def _drain_pgqueuer(server: URL, units: int) -> Drained:
     with fixtures.pg_database(server, at_head=False) as url:
         asyncio.run(_seed_pgqueuer(url, units))
-        done = _counts(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'", units)
-        _drain(_worker("pgqueuer", url), done, PGQUEUER)
-        return _span(
+        finished = _counter(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
+        transactions, cpu = _drain(_worker("pgqueuer", url), url, finished, units, PGQUEUER)
+        seconds = _span(
             url,
             "SELECT count(*) FILTER (WHERE status = 'picked'), "
             "count(*) FILTER (WHERE status = 'successful'), "
@@ -278,6 +359,7 @@ def _drain_pgqueuer(server: URL, units: int) -> float:
             units,
             PGQUEUER,
         )
+        return Drained(seconds, transactions, cpu)
 
 
 async def _seed_pgqueuer(url: URL, units: int) -> None:

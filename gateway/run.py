@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hashlib
 import inspect
 import logging
 import os
@@ -42,7 +41,7 @@ from hermes_state import AsyncSessionDB, SessionDB, notify
 from hermes_state.absent import AbsentStore
 from hermes_state.engine import hermes_home
 from hermes_state.errors import HermesStateError, SideTaskFailed
-from hermes_state.plans import STRANDED_ERROR
+from hermes_state.plans import MAX_BATCH, STRANDED_ERROR, delivery_holder
 from hermes_state.surface import AsyncStore
 
 __all__ = [
@@ -245,13 +244,6 @@ def _turn_holder(db: Any) -> str:
     return f"{socket.gethostname()}:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _holder_for(gateway: str, session_id: str) -> str:
-    """The holder of one delivery's turn lease: per session, so two segments of the same
-    conversation pending at once are delivered one after the other, never together."""
-    digest = hashlib.sha256(session_id.encode()).hexdigest()[:16]
-    return f"handoff:{digest}:{gateway}"[:255]
-
-
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
@@ -273,6 +265,15 @@ async def _nap(seconds: float) -> None:
         timer.cancel()
 
 
+def _discarded(what: str, session_id: str) -> None:
+    logger.warning(
+        "the %s of %s was discarded: its claim was reclaimed meanwhile "
+        "(lease expired or gateway presumed dead)",
+        what,
+        session_id,
+    )
+
+
 async def _record_outcome(write: Awaitable[Any], session_id: str, what: str) -> bool:
     """Await the store's complete/fail; a fenced store answers False when the claim was lost."""
     try:
@@ -283,14 +284,20 @@ async def _record_outcome(write: Awaitable[Any], session_id: str, what: str) -> 
         )
         return False
     if recorded is False:
-        logger.warning(
-            "the %s of %s was discarded: its claim was reclaimed meanwhile "
-            "(lease expired or gateway presumed dead)",
-            what,
-            session_id,
-        )
+        _discarded(what, session_id)
         return False
     return True
+
+
+def _reported(session_id: str, error: str | None, recorded: bool | None) -> str:
+    """Say how a batched delivery ended, once its flush returned (the flush logged the
+    completions it committed, one line for all); its metrics label."""
+    if recorded is None:
+        return "discarded"  # not recorded: the flusher said why
+    if recorded is False:
+        _discarded("completion" if error is None else "failure", session_id)
+        return "discarded"
+    return "completed" if error is None else "failed"
 
 
 @dataclass
@@ -298,16 +305,19 @@ class _ScopeState:
     """What the watcher remembers of one scope between ticks."""
 
     change_token: int | None = None
+    tokenless: bool = False  # its store answered None: a server, which has no change token
     backlog: bool = True  # rows may be pending that the last tick did not claim
     listed: int = 0  # pending rows the last listing returned (for the heartbeat)
 
 
 @dataclass
 class _Turn:
-    """A conversation whose turn lease the watcher holds while it delivers."""
+    """A conversation whose turn lease the watcher holds while it delivers (named for the
+    delivery's holder, :func:`~hermes_state.plans.delivery_holder`)."""
 
     home: Path | None
     session_id: str
+    holder: str
 
 
 @dataclass
@@ -317,7 +327,136 @@ class _Claimed:
     key: Key
     home: Path | None
     reservation: Any = None
-    turn: bool = False
+    turn: _Turn | None = None  # the turn lease it holds (its entry in HandoffWatch.turns)
+
+
+def _offers_batches(db: Any) -> bool:
+    """Whether a store claims and finishes many rows per call (every store of this package);
+    the watcher falls back to one row per call for stores without (duck-typed stand-ins)."""
+    return (
+        getattr(db, "claim_handoffs", None) is not None
+        and getattr(db, "finish_handoffs", None) is not None
+    )
+
+
+@dataclass
+class _Finish:
+    """A delivery's outcome waiting for the flush that records it (``error`` None: it
+    completed), or (``release_only``) a cancelled delivery's turn lease to give back."""
+
+    db: Any
+    claimed: _Claimed
+    error: str | None
+    release_only: bool
+    recorded: asyncio.Future[bool | None]
+
+
+class _Flusher:
+    """Records the outcomes of deliveries that ended close together in one store call.
+
+    A group commit: an outcome handed in while no flush runs is flushed at the next turn of the
+    event loop; those handed in while one runs go together in the next flush, started as soon
+    as that one returns. One ``finish_handoffs`` per store per flush completes and fails the
+    rows and gives up their turn leases. Each outcome's future resolves once its flush
+    committed: True recorded, False discarded (the claim was lost), None not recorded (the
+    store failed; the row stays running until reclaimed). ``close`` flushes what is queued.
+    """
+
+    def __init__(self, watch: HandoffWatch) -> None:
+        self.watch = watch
+        self.queue: list[_Finish] = []
+        self.ready = asyncio.Event()
+        self.closing = False
+        self.task: asyncio.Task[None] | None = None
+        #: Held while a flush runs: lease upkeep takes it too, so a renewal never races a
+        #: flush that is finishing the rows it renews.
+        self.lock = asyncio.Lock()
+        #: Deliveries whose outcome a flush settled (recorded, discarded or failed to record)
+        #: and that have not left the in-flight table yet: no lease of theirs is kept up.
+        self.settled: set[Key] = set()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.task = loop.create_task(self._run(), name="hermes-watcher:flush")
+
+    def submit(self, db: Any, claimed: _Claimed, error: str | None) -> asyncio.Future[bool | None]:
+        recorded: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self.queue.append(_Finish(db, claimed, error, False, recorded))
+        self.ready.set()
+        return recorded
+
+    def give_back(self, db: Any, claimed: _Claimed) -> None:
+        """Release a cancelled delivery's turn lease with the next flush (its row stays
+        running, for the next start's reclaim)."""
+        if claimed.turn:
+            recorded: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+            self.queue.append(_Finish(db, claimed, None, True, recorded))
+            self.ready.set()
+
+    async def close(self) -> None:
+        """Flush everything queued, then stop."""
+        self.closing = True
+        self.ready.set()
+        if self.task is not None:
+            await self.task
+        await self._flush()  # what a flusher that never started (or crashed) left
+
+    async def _run(self) -> None:
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            await self._flush()
+            if self.closing and not self.queue:
+                return
+
+    async def _flush(self) -> None:
+        while self.queue:
+            batch, self.queue = self.queue, []
+            groups: dict[int, list[_Finish]] = {}
+            for finish in batch:
+                groups.setdefault(id(finish.db), []).append(finish)
+            for group in groups.values():
+                now: list[_Finish] = []
+                named: set[str] = set()
+                for finish in group:
+                    session_id = finish.claimed.key[1]
+                    if session_id in named:  # the same session twice: the second waits
+                        self.queue.append(finish)
+                    else:
+                        named.add(session_id)
+                        now.append(finish)
+                await self._flush_group(now)
+
+    async def _flush_group(self, now: list[_Finish]) -> None:
+        async with self.lock:
+            await self._flush_locked(now)
+
+    async def _flush_locked(self, now: list[_Finish]) -> None:
+        """One store call for ``now``; every future in it is resolved, whatever happens."""
+        done: dict[str, bool] | None = None
+        outcomes: dict[str, str | None] = {}
+        try:
+            outcomes = {f.claimed.key[1]: f.error for f in now if not f.release_only}
+            releases = {f.claimed.key[1]: f.claimed.turn.holder for f in now if f.claimed.turn}
+            done = await now[0].db.finish_handoffs(outcomes, release_turns=releases or None)
+        except Exception:
+            logger.exception(
+                "could not record the outcome of %s; they stay running until reclaimed "
+                "(and their turn leases expire by themselves)",
+                ", ".join(sorted(outcomes)) or "no delivery",
+            )
+        else:
+            completed = [sid for sid, error in outcomes.items() if error is None and done.get(sid)]
+            if completed:
+                logger.info("completed %d handoff(s): %s", len(completed), ", ".join(completed))
+        finally:
+            for finish in now:
+                self.watch.drop_turn(finish.claimed)
+                if not finish.release_only:
+                    self.settled.add(finish.claimed.key)
+                if not finish.recorded.done():
+                    session_id = finish.claimed.key[1]
+                    finish.recorded.set_result(None if done is None else done.get(session_id))
 
 
 class HandoffWatch:
@@ -354,6 +493,7 @@ class HandoffWatch:
         self.holder = _turn_holder(getattr(runner, "_session_db", None))
         self.in_flight: dict[Key, asyncio.Task[None]] = {}
         self.turns: dict[Key, _Turn] = {}
+        self.flusher = _Flusher(self)
         self.scopes: list[Scope] = []
         self.states: dict[str | None, _ScopeState] = {}
         self.side_tasks: dict[str, asyncio.Task[None]] = {}
@@ -379,6 +519,7 @@ class HandoffWatch:
                 self.reclaimed = True
                 await self._reclaim_stranded()
             self._start_side_tasks()
+            self.flusher.start()
             try:
                 while self.runner._running and self.failure is None:
                     await self._tick_all()
@@ -496,12 +637,13 @@ class HandoffWatch:
         """
         state = self.states.setdefault(profile_name, _ScopeState())
         db = self.runner._session_db
-        token_of = getattr(db, "handoff_change_token", None)
+        token_of = None if state.tokenless else getattr(db, "handoff_change_token", None)
         if token_of is not None:
             token = await token_of()
             if token is not None and token == state.change_token and not state.backlog:
                 return
             state.change_token = token
+            state.tokenless = token is None
         # Until this tick's listing and claims succeed, assume rows are waiting: a tick that
         # fails half way must not leave the next ticks skipping on an unchanged token.
         state.backlog = True
@@ -511,10 +653,14 @@ class HandoffWatch:
         self, db: Any, profile_name: str | None, home: Path | None, state: _ScopeState
     ) -> bool:
         """Claim and dispatch what the listing offers; True when rows may be left waiting."""
+        if self._takes_oldest(db):
+            return await self._claim_next(db, profile_name, home, state)
         rows = await self._pending_rows(db)
         state.listed = len(rows)
         limit = self.limit
         backlog = limit is not None and len(rows) >= limit  # the listing may have been cut short
+        if _offers_batches(db):
+            return await self._claim_listed(db, rows, profile_name, home, backlog)
         raced = False
         for row in rows:
             key: Key = (profile_name, row["id"])
@@ -537,6 +683,228 @@ class HandoffWatch:
         if raced and backlog and limit is not None and len(self.in_flight) < limit:
             self._wake()  # lost races on a cut-short listing: list again now, not next interval
         return backlog
+
+    async def _claim_listed(
+        self, db: Any, rows: list[Row], profile_name: str | None, home: Path | None, backlog: bool
+    ) -> bool:
+        """The batch path: the rows this tick may take, claimed with their turn leases in one
+        store call, then dispatched; True when rows may be left waiting."""
+        limit = self.limit
+        candidates: list[Row] = []
+        for row in rows:
+            if (profile_name, row["id"]) in self.in_flight:
+                backlog = True  # pending again while its last delivery is finishing
+                continue
+            if limit is not None and len(self.in_flight) + len(candidates) >= limit:
+                backlog = True
+                break
+            if self._turn_in_progress(row["id"]):
+                backlog = True
+                continue
+            candidates.append(row)
+        raced = False
+        for start in range(0, len(candidates), MAX_BATCH):
+            held, lost = await self._claim_batch(
+                db, candidates[start : start + MAX_BATCH], profile_name, home
+            )
+            backlog = backlog or held  # a conversation's turn is taken: a later tick tries again
+            raced = raced or lost  # another gateway (or a waiter's fail) got there first
+        if raced and backlog and (limit is None or len(self.in_flight) < limit):
+            self._wake()  # lost races on a cut-short listing: list again now
+        return backlog
+
+    async def _claim_batch(
+        self, db: Any, rows: list[Row], profile_name: str | None, home: Path | None
+    ) -> tuple[bool, bool]:
+        """Reserve the sources, claim the rows with their turn leases in one call, dispatch
+        what was claimed. Says whether rows were left for their turn, and whether another
+        claimer took some. A row not claimed gets its reservation back (no turn lease was
+        taken for it)."""
+        pending = {row["id"]: _Claimed((profile_name, row["id"]), home) for row in rows}
+        reserve = getattr(self.runner, "_reserve_handoff_source", None)
+        holders = None
+        if getattr(db, "try_acquire_session_turn_lease", None) is not None:
+            holders = {
+                session_id: delivery_holder(self.holder, session_id) for session_id in pending
+            }
+        try:
+            if reserve is not None:
+                for session_id, claimed in pending.items():
+                    claimed.reservation = await _maybe_await(reserve(session_id))
+            if holders is None:
+                batch = await db.claim_handoffs(list(pending))
+            else:
+                batch = await db.claim_handoffs(
+                    list(pending), turn_holders=holders, turn_seconds=TURN_LEASE_SECONDS
+                )
+        except BaseException:
+            for claimed in pending.values():
+                await self._give_back(db, claimed)
+            raise
+        won: list[dict[str, Any]] = [row for row in batch.rows if row["id"] in pending]
+        taken = {row["id"] for row in won}
+        for session_id, claimed in pending.items():
+            if session_id not in taken:
+                await self._give_back(db, claimed)
+        held = set(batch.turn_held) & pending.keys()
+        await self._launch(db, won, pending, holders, profile_name)
+        return bool(held), len(pending) - len(won) - len(held) > 0
+
+    async def _claim_next(
+        self, db: Any, profile_name: str | None, home: Path | None, state: _ScopeState
+    ) -> bool:
+        """The batch path without a listing: claim the oldest pending rows, as many as slots
+        are free, with their turn leases, in one call (other gateways' rows are skipped, so
+        gateways draining one backlog take disjoint rows); True when rows may be waiting."""
+        limit = self.limit
+        free = MAX_BATCH if limit is None else min(MAX_BATCH, limit - len(self.in_flight))
+        if free <= 0:
+            return True  # every slot is busy: look again once one frees up
+        gateway = None
+        if getattr(db, "try_acquire_session_turn_lease", None) is not None:
+            gateway = self.holder
+        # A row still in flight here can be pending again (an operator failed it and the
+        # user asked again): it waits until its delivery ends.
+        busy = [session_id for scope, session_id in self.in_flight if scope == profile_name]
+        batch = await db.claim_next_handoffs(
+            free, exclude=busy, turn_gateway=gateway, turn_seconds=TURN_LEASE_SECONDS
+        )
+        state.listed = len(batch.rows) + len(batch.turn_held)
+        claims = {row["id"]: _Claimed((profile_name, row["id"]), home) for row in batch.rows}
+        holders = None
+        if gateway is not None:
+            holders = {session_id: delivery_holder(gateway, session_id) for session_id in claims}
+        await self._launch(db, batch.rows, claims, holders, profile_name)
+        full = state.listed >= free
+        if full and (limit is None or len(self.in_flight) < limit):
+            self._wake()  # a full batch and slots to spare: claim more now
+        return full or bool(batch.turn_held) or bool(busy)
+
+    def _takes_oldest(self, db: Any) -> bool:
+        """Whether a tick may claim the oldest pending rows without listing them first: the
+        store can, and the runner neither checks turns in-process nor reserves sources (both
+        need the ids before the claim)."""
+        runner = self.runner
+        return (
+            getattr(db, "claim_next_handoffs", None) is not None
+            and getattr(db, "finish_handoffs", None) is not None
+            and getattr(runner, "_is_session_running", None) is None
+            and getattr(runner, "_reserve_handoff_source", None) is None
+        )
+
+    async def _launch(
+        self,
+        db: Any,
+        rows: list[dict[str, Any]],
+        claims: dict[str, _Claimed],
+        holders: dict[str, str] | None,
+        profile_name: str | None,
+    ) -> None:
+        """Dispatch the rows a batch claim won: each its own task, with its transcript when
+        the runner wants documents (read for all in one call)."""
+        if not rows:
+            return
+        logger.info(
+            "claimed %d handoff(s) in %s: %s",
+            len(rows),
+            profile_name or "root",
+            ", ".join(f"{row['id']} ({row.get('handoff_platform')})" for row in rows),
+        )
+        for row in rows:
+            if holders is not None:
+                self.hold_turn(claims[row["id"]], holders[row["id"]])
+            if self.metrics is not None:
+                self.metrics.claimed(row)
+        try:
+            documents = await self._documents(db, rows) if self.wants_document else rows
+        except Exception as exc:
+            failed = sorted(row["id"] for row in rows)
+            logger.exception("could not read the transcripts of %s; failing them", failed)
+            error = f"the gateway could not start the delivery: {exc}"
+            for row in rows:
+                claimed = claims[row["id"]]
+                self._track(claimed, self._fail_undelivered(db, claimed, error))
+            return
+        for document in documents:
+            self._start(db, document, claims[document["id"]])
+
+    async def _documents(self, db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows as claimed, each with its transcript: one read for all when the store can."""
+        many = getattr(db, "get_transcripts", None)
+        if many is None:
+            return [await self._document(db, row) for row in rows]
+        transcripts = await many([row["id"] for row in rows])
+        for row in rows:  # the claim's own rows: filled in place
+            row["messages"] = list(transcripts.get(row["id"], []))
+        return rows
+
+    def _start(self, db: Any, document: dict[str, Any], claimed: _Claimed) -> None:
+        """Start one batched delivery as its own task. One that cannot start is failed, by a
+        task that holds its slot until the failure is recorded."""
+        delivery = self._deliver_batched(db, document, claimed)
+        try:
+            task = asyncio.ensure_future(delivery)
+        except Exception as exc:
+            delivery.close()
+            logger.exception("could not start the delivery of %s; failing it", claimed.key[1])
+            error = f"the gateway could not start the delivery: {exc}"
+            self._track(claimed, self._fail_undelivered(db, claimed, error))
+            return
+        self.in_flight[claimed.key] = task
+        task.add_done_callback(functools.partial(self._forget, claimed.key))
+
+    def _track(self, claimed: _Claimed, failing: Coroutine[Any, Any, None]) -> None:
+        """Hold a claimed row's slot while its failure is recorded, as a delivery would."""
+        task = asyncio.get_running_loop().create_task(failing)
+        self.in_flight[claimed.key] = task
+        task.add_done_callback(functools.partial(self._forget, claimed.key))
+
+    async def _fail_undelivered(self, db: Any, claimed: _Claimed, error: str) -> None:
+        """Fail a claimed row whose delivery never started, through the flusher."""
+        try:
+            recorded = await self.flusher.submit(db, claimed, error)
+            if recorded is False:
+                _discarded("failure", claimed.key[1])
+        finally:
+            await self._give_back(db, claimed)
+
+    async def _deliver_batched(self, db: Any, row: Row, claimed: _Claimed) -> None:
+        """One batched delivery: run the handler, hand its outcome to the flusher and wait
+        for the flush to commit it; only then is it reported (log, metrics, slot freed).
+
+        A cancelled handler leaves the row ``running`` (for the next start's reclaim) and its
+        turn lease is given back with the next flush; a cancel while the outcome waits for its
+        flush does not withdraw it. The source reservation is given back on every path.
+        """
+        session_id = row["id"]
+        started = time.monotonic()
+        outcome = "cancelled"
+        submitted = False
+        try:
+            error: str | None = None
+            try:
+                if self.takes_profile:
+                    await self.process(row, claimed.key[0])
+                else:
+                    await self.process(row)
+            except asyncio.CancelledError:
+                logger.warning(
+                    "delivery of %s cancelled; it stays running until reclaimed", session_id
+                )
+                raise
+            except Exception as exc:
+                error = str(exc) or type(exc).__name__
+                logger.info("handoff %s failed: %s", session_id, error)
+            recorded = self.flusher.submit(db, claimed, error)
+            submitted = True
+            # A cancel now leaves the outcome queued: the flush records it all the same.
+            outcome = _reported(session_id, error, await recorded)
+        finally:
+            if not submitted:
+                self.flusher.give_back(db, claimed)  # the turn lease goes back with a flush
+            await self._release_reservation(claimed)
+            if self.metrics is not None:
+                self.metrics.delivered(outcome, time.monotonic() - started)
 
     async def _pending_rows(self, db: Any) -> list[Row]:
         """The pending rows a tick may claim, oldest first: at most ``limit`` when there is one.
@@ -576,13 +944,12 @@ class HandoffWatch:
         try:
             acquire = getattr(db, "try_acquire_session_turn_lease", None)
             if acquire is not None:
-                holder = _holder_for(self.holder, session_id)
+                holder = delivery_holder(self.holder, session_id)
                 if not await acquire(session_id, holder, ttl_seconds=TURN_LEASE_SECONDS):
                     logger.debug("%s: its conversation's turn is taken; later", session_id)
                     await self._give_back(db, claimed)
                     return None
-                claimed.turn = True
-                self.turns[key] = _Turn(home, session_id)
+                self.hold_turn(claimed, holder)
             won = bool(await db.claim_handoff(session_id))
         except BaseException:
             await self._give_back(db, claimed)
@@ -627,25 +994,44 @@ class HandoffWatch:
         document["messages"] = list(await get_messages(session_id)) if get_messages else []
         return document
 
-    def _forget(self, key: Key, _task: asyncio.Task[None]) -> None:
-        self.in_flight.pop(key, None)
+    def _forget(self, key: Key, task: asyncio.Task[None]) -> None:
+        if self.in_flight.get(key) is task:
+            del self.in_flight[key]
+            self.flusher.settled.discard(key)
         self._wake()  # a slot is free: a backlog can be claimed now, not an interval later
 
     async def _give_back(self, db: Any, claimed: _Claimed) -> None:
         """Release the turn lease and the source reservation; never raises."""
-        if claimed.turn:
-            claimed.turn = False
-            self.turns.pop(claimed.key, None)
+        await self._release_turn(db, claimed)
+        await self._release_reservation(claimed)
+
+    def hold_turn(self, claimed: _Claimed, holder: str) -> None:
+        """Note that ``claimed``'s delivery holds its conversation's turn lease for ``holder``."""
+        claimed.turn = _Turn(claimed.home, claimed.key[1], holder)
+        self.turns[claimed.key] = claimed.turn
+
+    def drop_turn(self, claimed: _Claimed) -> _Turn | None:
+        """Forget ``claimed``'s turn lease (given back, or left to expire); the one it held."""
+        turn, claimed.turn = claimed.turn, None
+        if turn is not None and self.turns.get(claimed.key) is turn:
+            del self.turns[claimed.key]
+        return turn
+
+    async def _release_turn(self, db: Any, claimed: _Claimed) -> None:
+        turn = self.drop_turn(claimed)
+        if turn is not None:
             release = getattr(db, "release_session_turn_lease", None)
             if release is not None:
                 try:
-                    await release(claimed.key[1], _holder_for(self.holder, claimed.key[1]))
+                    await release(claimed.key[1], turn.holder)
                 except Exception:
                     logger.warning(
                         "could not release the turn lease of %s; it expires by itself",
                         claimed.key[1],
                         exc_info=True,
                     )
+
+    async def _release_reservation(self, claimed: _Claimed) -> None:
         if claimed.reservation is not None:
             value, claimed.reservation = claimed.reservation, None
             try:
@@ -701,7 +1087,14 @@ class HandoffWatch:
         return "discarded"
 
     async def _drain(self) -> None:
-        """Stop: give in-flight deliveries ``drain_timeout`` seconds, then cancel the rest."""
+        """Stop: give in-flight deliveries ``drain_timeout`` seconds, then cancel the rest;
+        then flush the outcomes (and turn leases to give back) still queued."""
+        try:
+            await self._wait_for_deliveries()
+        finally:
+            await self.flusher.close()
+
+    async def _wait_for_deliveries(self) -> None:
         tasks = list(self.in_flight.values())
         if not tasks:
             return
@@ -775,19 +1168,28 @@ class HandoffWatch:
         while True:
             await _nap(period)
             for profile_name, home in self.scopes:
-                held = [sid for scope, sid in list(self.in_flight) if scope == profile_name]
                 try:
                     async with _enter_scope(home):
-                        await self._upkeep(self.runner._session_db, held)
+                        await self._upkeep(self.runner._session_db, profile_name)
                 except Exception:
                     logger.warning(
                         "lease upkeep failed in %s", profile_name or "the root store", exc_info=True
                     )
 
-    async def _upkeep(self, db: Any, held: list[str]) -> None:
+    def _unsettled(self, profile_name: str | None) -> list[str]:
+        """The rows of a scope in flight whose outcome no flush has settled yet."""
+        settled = self.flusher.settled
+        return [key[1] for key in self.in_flight if key[0] == profile_name and key not in settled]
+
+    async def _upkeep(self, db: Any, profile_name: str | None) -> None:
         renew = getattr(db, "renew_handoff_leases", None)
-        if held and renew is not None:
-            renewed = set(await renew(held))
+        held: list[str] = []
+        renewed: set[str] = set()
+        if renew is not None:
+            async with self.flusher.lock:  # wholly before a flush, or wholly after it
+                held = self._unsettled(profile_name)
+                if held:
+                    renewed = set(await renew(held))
             for session_id in sorted(set(held) - renewed):
                 logger.warning(
                     "lost the lease of %s: another gateway may have reclaimed it; "
@@ -800,30 +1202,55 @@ class HandoffWatch:
                 logger.info("reclaimed %s: its gateway's lease expired", session_id)
 
     async def _keep_turns(self) -> None:
-        """Refresh the turn leases of deliveries in flight, a third of their life apart."""
+        """Refresh the turn leases of deliveries in flight, a third of their life apart: one
+        call per store for all it holds, where the store can."""
         while True:
             await _nap(TURN_LEASE_SECONDS / 3)
+            by_home: dict[Path | None, dict[Key, _Turn]] = {}
             for key, turn in list(self.turns.items()):
+                by_home.setdefault(turn.home, {})[key] = turn
+            for home, turns in by_home.items():
                 try:
-                    async with _enter_scope(turn.home):
-                        refresh = getattr(
-                            self.runner._session_db, "refresh_session_turn_lease", None
-                        )
-                        if refresh is None:
-                            continue
-                        kept = await refresh(
-                            turn.session_id,
-                            _holder_for(self.holder, turn.session_id),
-                            ttl_seconds=TURN_LEASE_SECONDS,
-                        )
+                    async with _enter_scope(home), self.flusher.lock:
+                        # A flush that gave a lease back meanwhile dropped it from the table.
+                        turns = {k: t for k, t in turns.items() if self.turns.get(k) is t}
+                        lost = await self._refresh_turns(self.runner._session_db, turns)
                 except Exception:
-                    logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)
-                    continue
-                if kept is False and key in self.turns:
                     logger.warning(
-                        "lost the turn lease of %s while delivering it: a local turn may start",
-                        key[1],
+                        "could not refresh the turn leases of %s",
+                        ", ".join(sorted(turn.session_id for turn in turns.values())),
+                        exc_info=True,
                     )
+                    continue
+                for key in lost:
+                    if key in self.turns:
+                        logger.warning(
+                            "lost the turn lease of %s while delivering it: a local turn may start",
+                            key[1],
+                        )
+
+    async def _refresh_turns(self, db: Any, turns: dict[Key, _Turn]) -> list[Key]:
+        """Refresh ``turns`` in ``db``; the keys whose lease another holder has now."""
+        many = getattr(db, "refresh_session_turn_leases", None)
+        if many is not None:
+            holders = {turn.session_id: turn.holder for turn in turns.values()}
+            kept = set(await many(holders, ttl_seconds=TURN_LEASE_SECONDS))
+            return [key for key, turn in turns.items() if turn.session_id not in kept]
+        refresh = getattr(db, "refresh_session_turn_lease", None)
+        if refresh is None:
+            return []
+        lost = []
+        for key, turn in turns.items():
+            try:
+                kept_one = await refresh(
+                    turn.session_id, turn.holder, ttl_seconds=TURN_LEASE_SECONDS
+                )
+            except Exception:
+                logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)
+                continue
+            if kept_one is False:
+                lost.append(key)
+        return lost
 
     async def _beat(self) -> None:
         """At INFO, every ``heartbeat`` s: scopes, pending rows, deliveries in flight, last tick."""

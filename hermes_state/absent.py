@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .errors import DatabaseUnavailableError, missing_database
 from .execution import WriteConnection
 from .models import HandoffState
-from .plans import Row, _unknown_session
+from .plans import ClaimBatch, Row, _unknown_session
 from .statements import ReclaimScope
 from .store import Clock, StoreSettings
 from .validation import require_identifiers
@@ -117,6 +117,27 @@ class AbsentStore(StoreSettings):
         self._plans.claim_pending_handoffs(limit, platform)
         return []
 
+    async def claim_handoffs(
+        self,
+        session_ids: Iterable[str],
+        *,
+        turn_holders: Mapping[str, str] | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        self._plans.claim_handoffs(session_ids, turn_holders, turn_seconds)
+        return ClaimBatch([], [])  # nothing is pending, so no turn lease is taken either
+
+    async def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        self._plans.claim_next_handoffs(limit, exclude, turn_gateway, turn_seconds)
+        return ClaimBatch([], [])
+
     async def complete_handoff(self, session_id: str) -> bool:
         self._plans.complete_handoff(session_id)
         return False
@@ -135,6 +156,12 @@ class AbsentStore(StoreSettings):
     async def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
         self._plans.fail_handoffs(errors)
         return dict.fromkeys(errors, False)
+
+    async def finish_handoffs(
+        self, outcomes: Mapping[str, object], *, release_turns: Mapping[str, str] | None = None
+    ) -> dict[str, bool]:
+        self._plans.finish_handoffs(outcomes, release_turns)
+        return dict.fromkeys(outcomes, False)
 
     async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         self._plans.renew_handoff_leases(session_ids)
@@ -181,6 +208,15 @@ class AbsentStore(StoreSettings):
     async def release_session_turn_lease(self, session_id: str, holder: str) -> None:
         self._plans.release_session_turn_lease(session_id, holder)
 
+    async def refresh_session_turn_leases(
+        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
+    ) -> list[str]:
+        self._plans.refresh_session_turn_leases(turn_holders, ttl_seconds)
+        return []
+
+    async def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
+        self._plans.release_session_turn_leases(turn_holders)
+
     # -- the audit trail -----------------------------------------------------------------------
 
     async def handoff_history(self, session_id: str) -> list[Row]:
@@ -208,6 +244,11 @@ class AbsentStore(StoreSettings):
     ) -> list[Row]:
         self._plans.list_handoffs(state, limit, after, search)
         return []
+
+    async def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
+        ids = require_identifiers("session_ids", session_ids)  # an iterator is read once
+        self._plans.get_transcripts(ids)
+        return {session_id: [] for session_id in ids}
 
     async def get_session(self, session_id: str) -> Row | None:
         self._plans.get_session(session_id)

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .engine import READ_ONLY, is_sqlite, make_async_engine
 from .errors import raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
-from .plans import Body, Plan, Row, lease_patience
+from .plans import Body, ClaimBatch, Plan, Row, lease_patience
 from .schema import bring_current, current_revision, ensure_current
 from .statements import Capabilities, ReclaimScope
 from .store import Clock, StoreSettings
@@ -191,6 +191,26 @@ class NativeAsyncSessionDB(StoreSettings):
     async def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
         return await self._run(self._plans.claim_pending_handoffs(limit, platform))
 
+    async def claim_handoffs(
+        self,
+        session_ids: Iterable[str],
+        *,
+        turn_holders: Mapping[str, str] | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        return await self._run(self._plans.claim_handoffs(session_ids, turn_holders, turn_seconds))
+
+    async def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        plan = self._plans.claim_next_handoffs(limit, exclude, turn_gateway, turn_seconds)
+        return await self._run(plan)
+
     async def complete_handoff(self, session_id: str) -> bool:
         return await self._run(self._plans.complete_handoff(session_id))
 
@@ -204,6 +224,14 @@ class NativeAsyncSessionDB(StoreSettings):
 
     async def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
         return await self._run(self._plans.fail_handoffs(errors))
+
+    async def finish_handoffs(
+        self,
+        outcomes: Mapping[str, object],
+        *,
+        release_turns: Mapping[str, str] | None = None,
+    ) -> dict[str, bool]:
+        return await self._run(self._plans.finish_handoffs(outcomes, release_turns))
 
     async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         return await self._run(self._plans.renew_handoff_leases(session_ids))
@@ -250,6 +278,14 @@ class NativeAsyncSessionDB(StoreSettings):
     async def release_session_turn_lease(self, session_id: str, holder: str) -> None:
         await self._run(self._plans.release_session_turn_lease(session_id, holder))
 
+    async def refresh_session_turn_leases(
+        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
+    ) -> list[str]:
+        return await self._run(self._plans.refresh_session_turn_leases(turn_holders, ttl_seconds))
+
+    async def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
+        await self._run(self._plans.release_session_turn_leases(turn_holders))
+
     # -- the audit trail -----------------------------------------------------------------------
 
     async def handoff_history(self, session_id: str) -> list[Row]:
@@ -274,6 +310,9 @@ class NativeAsyncSessionDB(StoreSettings):
         search: str | None = None,
     ) -> list[Row]:
         return await self._run(self._plans.list_handoffs(state, limit, after, search))
+
+    async def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
+        return await self._run(self._plans.get_transcripts(session_ids))
 
     async def get_session(self, session_id: str) -> Row | None:
         return await self._run(self._plans.get_session(session_id))

@@ -10,6 +10,7 @@ connection is touched, so bad input never opens a transaction.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import threading
 import time
@@ -27,7 +28,7 @@ from .errors import (
     InvalidInputTypeError,
     UnknownSessionError,
 )
-from .models import HandoffState
+from .models import ID_LENGTH, HandoffState
 from .statements import Capabilities, ReclaimScope, Transition
 from .validation import (
     NAME_LENGTH,
@@ -51,6 +52,7 @@ __all__ = [
     "STATS_FAILURE_WINDOW",
     "STATS_TOP_ERRORS",
     "STRANDED_ERROR",
+    "ClaimBatch",
     "ClaimLedger",
     "Outcome",
     "Ownership",
@@ -58,6 +60,7 @@ __all__ = [
     "PlanBook",
     "Step",
     "UnknownSessionError",
+    "delivery_holder",
     "lease_patience",
 ]
 
@@ -81,9 +84,8 @@ STRANDED_ERROR = (
 
 #: A turn lease lasts at least this long, whatever ``ttl_seconds`` asks (as upstream).
 MIN_TURN_LEASE_SECONDS = 0.1
-#: How far a lineage walk goes up before it stops: compression chains are short; a longer one
-#: (or a cycle written by hand) keys the lease on the highest segment reached.
-MAX_LINEAGE_DEPTH = 100
+#: How far a lineage walk goes up before it stops (the statements' walk stops there too).
+MAX_LINEAGE_DEPTH = statements.MAX_LINEAGE_DEPTH
 #: Between two attempts of ``try_acquire_session_turn_lease(..., patience_s=...)``.
 LEASE_RETRY_SECONDS = 0.05
 
@@ -404,39 +406,53 @@ def _claim_batch(
     return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
 
 
-#: One claim to finish: the row, how it is fenced, the attempt it is fenced on, its error.
+#: One claim to finish: the row, how it is fenced, the attempt it is fenced on, and its
+#: outcome: None completes it, an error fails it.
 Claim = tuple[str, statements.Fence, int | None, str | None]
+#: A turn lease to give up or refresh: the session and the holder named when it was taken.
+Turn = tuple[str, str]
 
 
 def _finish_claims(
-    caps: Capabilities, state: HandoffState, claims: list[Claim], params: Mapping[str, Any]
+    caps: Capabilities, claims: list[Claim], releases: list[Turn], params: Mapping[str, Any]
 ) -> Body[dict[str, bool]]:
-    """Finish each claim: one statement on PostgreSQL, two on SQLite (the events, then the
-    rows), else one transition per row in this one transaction. ``{id: finished}``, refused
-    ones False."""
+    """Finish each claim, then give up the turn leases in ``releases``: one statement on
+    PostgreSQL; two on SQLite (the events, then the rows) plus one per lease; else one
+    transition per row and one release per lease, all in this one transaction.
+    ``{id: finished}``, refused ones False."""
+    ids = [session_id for session_id, _fence, _attempt, _error in claims]
     fenced = any(fence is not statements.Fence.NONE for _, fence, _, _ in claims)
-    ids = [session_id for session_id, _, _, _ in claims]
     if caps.single_statement:
-        _ids, _fences, attempts, errors = (list(column) for column in zip(*claims, strict=True))
-        arrays = {**params, "ids": ids, "attempts": attempts, "errors": errors}
-        outcome = yield Step(statements.finish_claims(state, fenced), arrays)
+        arrays = {
+            **params,
+            "ids": ids,
+            "attempts": [attempt for _, _, attempt, _ in claims],
+            "errors": [error for _, _, _, error in claims],
+        }
+        if releases:
+            arrays["release_ids"] = [session_id for session_id, _holder in releases]
+            arrays["release_holders"] = [holder for _session_id, holder in releases]
+        outcome = yield Step(statements.finish_claims(fenced, bool(releases)), arrays)
         finished = {row["id"] for row in outcome.rows}
         return {session_id: session_id in finished for session_id in ids}
+    done: dict[str, bool] = {}
     if caps.name == "sqlite":
         by_id = {session_id: [attempt, error] for session_id, _, attempt, error in claims}
         listed = {**params, "claims": _json(by_id)}
-        moved = yield from _move(caps, statements.finish_claims_json(state, fenced), listed)
+        moved = yield from _move(caps, statements.finish_claims_json(fenced), listed)
         finished = set() if moved is None else {row["id"] for row in moved.rows}
-        return {session_id: session_id in finished for session_id in ids}
-    done: dict[str, bool] = {}
-    for session_id, fence, attempt, error in claims:
-        transition = (
-            statements.complete_handoff(fence)
-            if state is HandoffState.COMPLETED
-            else statements.fail_handoff(frozenset({HandoffState.RUNNING}), fence)
-        )
-        row = {**params, "session_id": session_id, "attempt": attempt, "error": error}
-        done[session_id] = (yield from _move(caps, transition, row)) is not None
+        done = {session_id: session_id in finished for session_id in ids}
+    else:
+        for session_id, fence, attempt, error in claims:
+            transition = (
+                statements.complete_handoff(fence)
+                if error is None
+                else statements.fail_handoff(frozenset({HandoffState.RUNNING}), fence)
+            )
+            row = {**params, "session_id": session_id, "attempt": attempt, "error": error}
+            done[session_id] = (yield from _move(caps, transition, row)) is not None
+    for session_id, holder in releases:
+        yield from _release_turn(caps, {"session_id": session_id, "lease_holder": holder})
     return done
 
 
@@ -507,7 +523,14 @@ def _conversation(session_id: str) -> Body[str]:
 
 
 def _acquire_turn(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
-    key = {"conversation": (yield from _conversation(params["session_id"]))}
+    conversation = yield from _conversation(params["session_id"])
+    return (yield from _take_turn(caps, conversation, params))
+
+
+def _take_turn(caps: Capabilities, conversation: str, params: Mapping[str, Any]) -> Body[bool]:
+    """Take ``conversation``'s lease for ``:lease_holder`` unless someone else holds it live:
+    True when the holder holds it now."""
+    key = {"conversation": conversation}
     yield Step(statements.expire_turn_lease(), {**key, "now": params["now"]})
     yield Step(statements.insert_turn_lease(caps.name), {**params, **key})
     holder = yield Step(statements.turn_lease_holder(), key)
@@ -523,6 +546,145 @@ def _refresh_turn(_caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:
 def _release_turn(_caps: Capabilities, params: Mapping[str, Any]) -> Body[None]:
     key = {"conversation": (yield from _conversation(params["session_id"]))}
     yield Step(statements.release_turn_lease(), {**params, **key})
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What a claim of given rows did: the rows claimed, as claimed, oldest ``started_at``
+    first; and the pending rows left alone because their conversation's turn is taken (by a
+    local turn, or by another delivery of the same conversation). A row in neither list was
+    no longer pending, or another claimer held it."""
+
+    rows: list[Row]
+    turn_held: list[str]
+
+
+def _claim_given(
+    caps: Capabilities, ids: list[str], holders: dict[str, str] | None, params: Mapping[str, Any]
+) -> Body[ClaimBatch]:
+    if caps.single_statement:
+        arrays = {**params, "ids": ids}
+        if holders is not None:
+            arrays["holders"] = [holders[session_id] for session_id in ids]
+        outcome = yield Step(statements.claim_given(holders is not None), arrays)
+        return _claimed_or_held(outcome)
+    picked = []
+    for session_id in ids:
+        found = yield Step(statements.pending_row_locked(), {"session_id": session_id})
+        picked.extend(found.rows)
+    winners, held = [], []
+    if holders is None:
+        winners = [row["id"] for row in _oldest_first(picked)]
+    else:
+        # The oldest row of each conversation is tried; leases are taken in key order.
+        conversations: dict[str, str] = {}
+        for row in _oldest_first(picked):
+            conversation = yield from _conversation(row["id"])
+            if conversation in conversations:
+                held.append(row["id"])
+            else:
+                conversations[conversation] = row["id"]
+        for conversation, session_id in sorted(conversations.items()):
+            turn = {"now": params["now"], "lease_holder": holders[session_id]}
+            turn["lease_until"] = params["turn_until"]
+            taken = yield from _take_turn(caps, conversation, turn)
+            (winners if taken else held).append(session_id)
+    rows = []
+    transition = statements.claim_handoff(False)
+    for session_id in winners:
+        row_params = {**params, "session_id": session_id}
+        # The row is pending and locked by this transaction (or SQLite's write lock).
+        yield from _move(caps, transition, row_params, expected=1)
+        claimed = yield Step(statements.get_session(), {"session_id": session_id})
+        rows.extend(claimed.rows)
+    return ClaimBatch(_oldest_first(rows), sorted(held))
+
+
+def _claimed_or_held(outcome: Outcome) -> ClaimBatch:
+    """A claim statement's answer: a row per row it locked, the claimed ones whole."""
+    rows, held = [], []
+    for row in outcome.rows:
+        picked = row.pop(statements.PICKED)
+        if row["id"] is not None:
+            rows.append(row)
+        else:
+            held.append(picked)
+    return ClaimBatch(_oldest_first(rows), sorted(held))
+
+
+def _claim_next(
+    caps: Capabilities, gateway: str | None, params: Mapping[str, Any]
+) -> Body[ClaimBatch]:
+    if caps.single_statement:
+        outcome = yield Step(statements.claim_next(gateway is not None), params)
+        return _claimed_or_held(outcome)
+    # Pick enough to have ``limit`` once the rows to leave alone are left out.
+    excluded = set(params["exclude"])
+    over = {"limit": params["limit"] + len(excluded)}
+    picked = yield Step(statements.oldest_pending_locked(), over)
+    ids = [row["id"] for row in picked.rows if row["id"] not in excluded][: params["limit"]]
+    if not ids:
+        return ClaimBatch([], [])
+    holders = None if gateway is None else {i: delivery_holder(gateway, i) for i in ids}
+    return (yield from _claim_given(caps, ids, holders, params))
+
+
+def delivery_holder(gateway: str, session_id: str) -> str:
+    """Whom the turn lease of one delivery of ``session_id`` by ``gateway`` names: per
+    session, so two segments of one conversation pending at once are delivered one after the
+    other, never together; and stable across the gateway's restarts, so its next life takes a
+    dead one's leases back at once. (:func:`statements.delivery_holder` is the same rule in
+    SQL.)"""
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:16]
+    return f"handoff:{digest}:{gateway}"[:ID_LENGTH]
+
+
+def _oldest_first(rows: list[Row]) -> list[Row]:
+    return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
+
+
+def _refresh_turns(
+    caps: Capabilities, turns: list[Turn], params: Mapping[str, Any]
+) -> Body[list[str]]:
+    if caps.single_statement:
+        arrays = {
+            **params,
+            "ids": [session_id for session_id, _holder in turns],
+            "holders": [holder for _session_id, holder in turns],
+        }
+        outcome = yield Step(statements.refresh_turn_leases(), arrays)
+        return sorted(row["id"] for row in outcome.rows)
+    kept = []
+    for session_id, holder in turns:
+        turn = {**params, "session_id": session_id, "lease_holder": holder}
+        if (yield from _refresh_turn(caps, turn)):
+            kept.append(session_id)
+    return sorted(kept)
+
+
+def _release_turns(caps: Capabilities, turns: list[Turn]) -> Body[None]:
+    if caps.single_statement:
+        arrays = {
+            "release_ids": [session_id for session_id, _holder in turns],
+            "release_holders": [holder for _session_id, holder in turns],
+        }
+        yield Step(statements.release_turn_leases(), arrays)
+        return
+    for session_id, holder in turns:
+        yield from _release_turn(caps, {"session_id": session_id, "lease_holder": holder})
+
+
+def _transcripts(caps: Capabilities, ids: list[str]) -> Body[dict[str, list[Row]]]:
+    found: dict[str, list[Row]] = {session_id: [] for session_id in ids}
+    if caps.name == "sqlite":  # its runner sends no per-call lists: one cheap read per session
+        for session_id in ids:
+            outcome = yield Step(statements.get_messages(), {"session_id": session_id})
+            found[session_id] = [_transcript_entry(row) for row in outcome.rows]
+        return found
+    outcome = yield Step(statements.get_transcripts(caps.name == "postgresql"), {"ids": ids})
+    for row in outcome.rows:
+        found[row["session_id"]].append(_transcript_entry(row))
+    return found
 
 
 def _constant(_caps: Capabilities, value: T) -> Body[T]:
@@ -694,6 +856,76 @@ class PlanBook:
     def _record_claims(self, rows: list[Row]) -> list[Row]:
         return rows if self.ownership is None else self.ledger.record_claimed(rows)
 
+    def claim_handoffs(
+        self, session_ids: object, turn_holders: object = None, turn_seconds: object = 300.0
+    ) -> Plan[ClaimBatch]:
+        """pending -> running for those of ``session_ids`` still pending (rows another claimer
+        holds are left to it), each stamped, leased and recorded like :meth:`claim_handoff`.
+
+        With ``turn_holders`` (``{session id: holder}``, one for every id), a row is claimed
+        only with its conversation's turn lease, taken for its holder for ``turn_seconds`` in
+        the same transaction (as :meth:`try_acquire_session_turn_lease` takes it); of several
+        rows of one conversation only the oldest is tried. A row whose turn is held elsewhere
+        stays pending, and nothing is taken for it.
+        """
+        ids = require_identifiers("session_ids", session_ids)
+        if len(ids) > MAX_BATCH:
+            raise InvalidInputError(
+                f"session_ids names {len(ids)} rows; claim at most {MAX_BATCH} at once"
+            )
+        now = self.clock()
+        ownership = self.ownership
+        params: dict[str, Any] = {
+            "now": now,
+            "actor": self.actor,
+            "owner": ownership.owner if ownership else None,
+            "lease_expires_at": ownership.lease_until(now) if ownership else None,
+        }
+        holders = None
+        if turn_holders is not None:
+            holders = dict(_turns("turn_holders", turn_holders))
+            missing = [session_id for session_id in ids if session_id not in holders]
+            if missing:
+                raise InvalidInputError(
+                    f"turn_holders names no holder for {missing[0]!r}; give one for every id"
+                )
+            ttl = max(MIN_TURN_LEASE_SECONDS, require_seconds("turn_seconds", turn_seconds))
+            params["turn_until"] = now + ttl
+        if not ids:
+            return Plan(_constant, ClaimBatch([], []), writes=False)
+        return Plan(_claim_given, ids, holders, params, writes=True, after=self._record_batch)
+
+    def claim_next_handoffs(
+        self,
+        limit: object,
+        exclude: object = (),
+        turn_gateway: object = None,
+        turn_seconds: object = 300.0,
+    ) -> Plan[ClaimBatch]:
+        """:meth:`claim_handoffs` of the ``limit`` oldest pending rows no other claimer holds,
+        but those in ``exclude``; each row's turn lease (with ``turn_gateway``) named for its
+        :func:`delivery_holder`."""
+        now = self.clock()
+        ownership = self.ownership
+        params: dict[str, Any] = {
+            "limit": require_count("limit", limit, maximum=MAX_BATCH),
+            "exclude": require_identifiers("exclude", exclude),
+            "now": now,
+            "actor": self.actor,
+            "owner": ownership.owner if ownership else None,
+            "lease_expires_at": ownership.lease_until(now) if ownership else None,
+        }
+        gateway = None
+        if turn_gateway is not None:
+            gateway = require_identifier("turn_gateway", turn_gateway)
+            ttl = max(MIN_TURN_LEASE_SECONDS, require_seconds("turn_seconds", turn_seconds))
+            params.update(turn_gateway=gateway, turn_until=now + ttl)
+        return Plan(_claim_next, gateway, params, writes=True, after=self._record_batch)
+
+    def _record_batch(self, batch: ClaimBatch) -> ClaimBatch:
+        self._record_claims(batch.rows)
+        return batch
+
     def complete_handoff(self, session_id: object) -> Plan[bool]:
         params = self._transition_params(session_id)
         if self.ownership is None:  # nothing was recorded by claim_handoff: nothing to forget
@@ -719,7 +951,7 @@ class PlanBook:
     def complete_handoffs(self, session_ids: object) -> Plan[dict[str, bool]]:
         """running -> completed for many rows at once, each fenced like :meth:`complete_handoff`."""
         ids = require_identifiers("session_ids", session_ids)
-        return self._finish_claims(HandoffState.COMPLETED, dict.fromkeys(ids))
+        return self._finish(dict.fromkeys(ids), [])
 
     def fail_handoffs(self, errors: object) -> Plan[dict[str, bool]]:
         """running -> failed for many rows at once (``{id: error}``), each with its own error,
@@ -728,12 +960,30 @@ class PlanBook:
             kind = type(errors).__name__
             raise InvalidInputTypeError(f"errors must be a mapping of id to error, not {kind}")
         ids = require_identifiers("errors", list(errors))
-        return self._finish_claims(HandoffState.FAILED, {i: clean_error(errors[i]) for i in ids})
+        return self._finish({i: clean_error(errors[i]) for i in ids}, [])
 
-    def _finish_claims(
-        self, state: HandoffState, errors: Mapping[str, str | None]
+    def finish_handoffs(
+        self, outcomes: object, release_turns: object = None
     ) -> Plan[dict[str, bool]]:
-        if not errors:
+        """Finish many running rows at once, ``{id: None}`` completing one and ``{id: error}``
+        failing it, each fenced like :meth:`complete_handoff` / :meth:`fail_handoff`; and, in
+        the same transaction, give up the turn leases ``release_turns`` names
+        (``{session id: holder}``), whatever became of the rows."""
+        if not isinstance(outcomes, Mapping):
+            kind = type(outcomes).__name__
+            raise InvalidInputTypeError(
+                f"outcomes must be a mapping of id to None (completed) or an error (failed), "
+                f"not {kind}"
+            )
+        ids = require_identifiers("outcomes", list(outcomes))
+        errors = {i: None if outcomes[i] is None else clean_error(outcomes[i]) for i in ids}
+        releases = [] if release_turns is None else _turns("release_turns", release_turns)
+        return self._finish(errors, releases)
+
+    def _finish(
+        self, errors: Mapping[str, str | None], releases: list[Turn]
+    ) -> Plan[dict[str, bool]]:
+        if not errors and not releases:
             return Plan(_nothing_finished, writes=False)
         claims: list[Claim] = []
         for session_id, error in errors.items():
@@ -742,7 +992,7 @@ class PlanBook:
         owner = self.ownership.owner if self.ownership else None
         params = {"now": self.clock(), "actor": self.actor, "owner": owner}
         after = self._forget_finished
-        return Plan(_finish_claims, state, claims, params, writes=True, after=after)
+        return Plan(_finish_claims, claims, releases, params, writes=True, after=after)
 
     def _forget_finished(self, done: dict[str, bool]) -> dict[str, bool]:
         for session_id, finished in done.items():
@@ -842,6 +1092,27 @@ class PlanBook:
             return Plan(_constant, None, writes=False)
         return Plan(_release_turn, params, writes=True, single_statement=False)
 
+    def refresh_session_turn_leases(
+        self, turn_holders: object, ttl_seconds: object
+    ) -> Plan[list[str]]:
+        """:meth:`refresh_session_turn_lease` for many sessions at once (``{session id:
+        holder}``); the sessions whose holder still held the lease, sorted."""
+        turns = _turns("turn_holders", turn_holders)
+        if not turns:
+            return Plan(_constant, [], writes=False)
+        ttl = max(MIN_TURN_LEASE_SECONDS, require_seconds("ttl_seconds", ttl_seconds))
+        now = self.clock()
+        params = {"now": now, "lease_until": now + ttl}
+        return Plan(_refresh_turns, turns, params, writes=True)
+
+    def release_session_turn_leases(self, turn_holders: object) -> Plan[None]:
+        """:meth:`release_session_turn_lease` for many sessions at once (``{session id:
+        holder}``)."""
+        turns = _turns("turn_holders", turn_holders)
+        if not turns:
+            return Plan(_constant, None, writes=False)
+        return Plan(_release_turns, turns, writes=True)
+
     # reads
 
     def list_pending_handoffs(self) -> Plan[list[Row]]:
@@ -870,6 +1141,14 @@ class PlanBook:
             wanted, limit is not None, after=after is not None, search=search is not None
         )
         return Plan(_rows, statement, params, writes=False)
+
+    def get_transcripts(self, session_ids: object) -> Plan[dict[str, list[Row]]]:
+        """:meth:`get_messages` of many sessions at once: ``{id: transcript}``, every id given
+        (an unknown one with an empty transcript)."""
+        ids = require_identifiers("session_ids", session_ids)
+        if not ids:
+            return Plan(_constant, {}, writes=False)
+        return Plan(_transcripts, ids, writes=False)
 
     def get_session(self, session_id: object) -> Plan[Row | None]:
         params = {"session_id": require_identifier("session_id", session_id)}
@@ -921,6 +1200,18 @@ class PlanBook:
 
     def handoff_stats(self) -> Plan[Row]:
         return Plan(_stats, self.clock(), writes=False, single_statement=False)
+
+
+def _turns(name: str, value: object) -> list[Turn]:
+    """Validated ``{session id: holder}`` pairs, in session id order."""
+    if not isinstance(value, Mapping):
+        kind = type(value).__name__
+        raise InvalidInputTypeError(f"{name} must be a mapping of session id to holder, not {kind}")
+    pairs = {
+        require_identifier("session_id", session_id): require_identifier("holder", holder)
+        for session_id, holder in value.items()
+    }
+    return sorted(pairs.items())
 
 
 def _nothing_finished(_caps: Capabilities) -> Body[dict[str, bool]]:

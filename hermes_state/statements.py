@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Text,
     Update,
+    all_,
     and_,
     any_,
     bindparam,
@@ -46,6 +47,7 @@ from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.util import ClauseAdapter
 
 from .models import (
+    ID_LENGTH,
     REQUESTABLE_STATES,
     HandoffState,
     handoff_events,
@@ -287,6 +289,22 @@ def count_messages() -> Select[Any]:
         select(func.count().label("count"))
         .select_from(messages)
         .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
+    )
+
+
+@functools.cache
+def get_transcripts(array: bool) -> Select[Any]:
+    """The live transcripts of many sessions at once, as :func:`get_messages` reads one: every
+    column (``session_id`` among them), in session then message order. The sessions are
+    ``:ids``, a PostgreSQL array where ``array``, else an expanding list."""
+    m = messages.c
+    ids = any_(_pg_array("ids")) if array else None
+    wanted = m.session_id == ids if array else m.session_id.in_(bindparam("ids", expanding=True))
+    return (
+        select(literal_column("*"))
+        .select_from(messages)
+        .where(wanted, m.active == literal_column("1"))
+        .order_by(m.session_id, m.id)
     )
 
 
@@ -649,24 +667,19 @@ def renew_lease() -> Update:
 
 
 @functools.cache
-def finish_claims(state: HandoffState, fenced: bool) -> Select[tuple[str]]:
-    """PostgreSQL, one statement: running -> ``state`` for many rows, each with its own
-    attempt and error, given as the parallel arrays ``:ids``, ``:attempts`` and ``:errors``.
+def finish_claims(fenced: bool, release: bool = False) -> Select[tuple[str]]:
+    """PostgreSQL, one statement: finish many running rows, each with its own attempt and
+    outcome, given as the parallel arrays ``:ids``, ``:attempts`` and ``:errors``: a NULL
+    error completes the row, any other fails it with that error.
 
     With ``fenced``, a row moves only while running under ``:owner`` and, where its attempt is
     given, under that attempt (:attr:`Fence.CLAIM`; else :attr:`Fence.OWNER`). Rows are locked in
-    id order; the events carry each row's error; returns the ids that moved.
+    id order; the events carry each row's error. With ``release``, the same statement gives up
+    the turn leases of ``:release_ids`` their ``:release_holders`` hold (as
+    :func:`release_turn_lease`), whatever became of the rows. Returns the ids that moved.
     """
-    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds this
-
-    claims = (
-        func.unnest(
-            bindparam("ids", type_=ARRAY(String())),
-            bindparam("attempts", type_=ARRAY(Integer())),
-            bindparam("errors", type_=ARRAY(Text())),
-        )
-        .table_valued("id", "attempt", "error")
-        .render_derived(with_types=False)
+    claims = _unnested(
+        ("ids", "id", String()), ("attempts", "attempt", Integer()), ("errors", "error", Text())
     )
     condition = _finishable(claims, fenced, state_is(HandoffState.RUNNING))
     locked = (
@@ -676,25 +689,37 @@ def finish_claims(state: HandoffState, fenced: bool) -> Select[tuple[str]]:
         .with_for_update(of=sessions)
         .cte("locked")
     )
-    error = None if state is HandoffState.COMPLETED else locked.c.error
     moved = (
         sessions.update()
         .where(_c.id == locked.c.id)
-        .values(**_finished(state, error))
+        .values(
+            {
+                **_finished(HandoffState.COMPLETED, locked.c.error),
+                "handoff_state": _outcome_state(locked.c.error),
+            }
+        )
         .returning(_c.id, _c.handoff_attempt, locked.c.error)
         .cte("moved")
     )
     event = select(
         moved.c.id,
         _literal(HandoffState.RUNNING),
-        _literal(state),
+        _outcome_state(moved.c.error),
         bindparam("now", type_=Double()),
         bindparam("actor", type_=String()),
         moved.c.handoff_attempt,
-        null() if state is HandoffState.COMPLETED else moved.c.error,
+        moved.c.error,
     )
     recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
-    return select(moved.c.id).add_cte(recorded)
+    answer = select(moved.c.id).add_cte(recorded)
+    return answer.add_cte(_release_turns()) if release else answer
+
+
+def _outcome_state(error: ColumnElement[Any]) -> ColumnElement[str]:
+    """completed where the outcome's error is NULL, failed where it is an error."""
+    return case(
+        (error.is_(None), _literal(HandoffState.COMPLETED)), else_=_literal(HandoffState.FAILED)
+    )
 
 
 def _finishable(claims: Any, fenced: bool, running: ColumnElement[bool]) -> ColumnElement[bool]:
@@ -716,13 +741,14 @@ def _json_each(name: str) -> Any:
 
 
 @functools.cache
-def finish_claims_json(state: HandoffState, fenced: bool) -> Transition:
-    """SQLite: running -> ``state`` for many rows in two statements, whatever their number:
-    the claims are ``:claims``, a JSON object of ``{id: [attempt, error]}`` (attempt and error
-    may be null), fenced per row as in :func:`finish_claims`. The events carry each row's error;
-    ``apply`` returns the ids that moved. Both statements walk the claims and reach each row by
-    its key (the state test is kept off the running index, see :func:`_state_is_unindexed`).
-    Keyed by id, a member costs two JSON lookups, not three."""
+def finish_claims_json(fenced: bool) -> Transition:
+    """SQLite: finish many running rows in two statements, whatever their number: the claims
+    are ``:claims``, a JSON object of ``{id: [attempt, error]}`` (attempt and error may be
+    null; a null error completes the row, any other fails it with that error), fenced per row
+    as in :func:`finish_claims`. The events carry each row's error; ``apply`` returns the ids
+    that moved. Both statements walk the claims and reach each row by its key (the state test
+    is kept off the running index, see :func:`_state_is_unindexed`). Keyed by id, a member
+    costs two JSON lookups, not three."""
     each = _json_each("claims")
     claims = select(
         each.c.key.label("id"),
@@ -730,22 +756,25 @@ def finish_claims_json(state: HandoffState, fenced: bool) -> Transition:
         func.json_extract(each.c.value, "$[1]").label("error"),
     ).subquery("claims")
     condition = _finishable(claims, fenced, _state_is_unindexed(HandoffState.RUNNING))
-    error = None if state is HandoffState.COMPLETED else claims.c.error
     event = (
         select(
             _c.id,
             _literal(HandoffState.RUNNING),
-            _literal(state),
+            _outcome_state(claims.c.error),
             bindparam("now", type_=Double()),
             bindparam("actor", type_=String()),
             _c.handoff_attempt,
-            null() if error is None else error,
+            claims.c.error,
         )
         .select_from(claims.join(sessions, _c.id == claims.c.id))
         .where(condition)
     )
     record = handoff_events.insert().from_select(EVENT_COLUMNS, event)
-    apply = sessions.update().where(condition).values(**_finished(state, error)).returning(_c.id)
+    finished = {
+        **_finished(HandoffState.COMPLETED, claims.c.error),
+        "handoff_state": _outcome_state(claims.c.error),
+    }
+    apply = sessions.update().where(condition).values(finished).returning(_c.id)
     return Transition(record, apply, None)
 
 
@@ -1114,3 +1143,292 @@ def release_turn_lease() -> Delete:
     return session_turn_leases.delete().where(
         _t.conversation_id == bindparam("conversation"), _t.holder == bindparam("lease_holder")
     )
+
+
+# -- batches of the watcher's pipeline ---------------------------------------------------------
+#
+# A watcher claims the rows it listed, each under its conversation's turn lease, in one call;
+# it finishes (completes or fails) the deliveries that ended close together, releasing their
+# turn leases, in one call; and it refreshes every turn lease it holds in one call. On
+# PostgreSQL each call is one statement (parallel arrays unnested, the lineage walked by a
+# recursive CTE); elsewhere the plans run the one-row statements above in one transaction.
+
+#: How far a lineage walk goes up before it stops: compression chains are short; a longer one
+#: (or a cycle written by hand) keys the lease on the highest segment reached.
+MAX_LINEAGE_DEPTH = 100
+
+
+def _pg_array(name: str, item: Any = None) -> Any:
+    from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL builds these
+
+    return bindparam(name, type_=ARRAY(item if item is not None else String()))
+
+
+def _unnested(*columns: tuple[str, str, Any]) -> Any:
+    """PostgreSQL: ``unnest(:array, ...)`` of parallel arrays, as a table whose columns are
+    named as given: (bind parameter, column, item type) each."""
+    arrays = [_pg_array(param, item) for param, _name, item in columns]
+    names = [name for _param, name, _item in columns]
+    return func.unnest(*arrays).table_valued(*names).render_derived(with_types=False)
+
+
+def _lineage_roots(starts: Any, name: str) -> Any:
+    """PostgreSQL: the conversation (turn-lease key) of each ``starts.c.id``, as a CTE of
+    ``(id, conversation)``.
+
+    The same walk as the one-row plans make with :func:`lineage_parent`, one step at a time:
+    up through parents that ended by compression, at most :data:`MAX_LINEAGE_DEPTH` steps,
+    stopping before a segment the walk has already visited; the key is the last one reached.
+    Each step carries the next parent's id, so it looks sessions up by key only.
+    """
+    from sqlalchemy.dialects.postgresql import ARRAY, array, distinct_on
+
+    first = sessions.alias(f"{name}_first")
+    parent = sessions.alias(f"{name}_parent")
+    # Typed like sessions.id (and an array of plain varchar), so both terms of the recursion
+    # agree on the column types.
+    start = cast(starts.c.id, _c.id.type)
+    walk = (
+        select(
+            start.label("start"),
+            start.label("node"),
+            first.c.parent_session_id.label("up"),
+            literal_column("0").label("depth"),
+            cast(array([start]), ARRAY(String())).label("path"),
+        )
+        .select_from(starts.outerjoin(first, first.c.id == starts.c.id))
+        .cte(name, recursive=True)
+    )
+    step = (
+        select(
+            walk.c.start,
+            parent.c.id,
+            parent.c.parent_session_id,
+            walk.c.depth + literal_column("1"),
+            func.array_append(walk.c.path, parent.c.id),
+        )
+        .select_from(walk.join(parent, parent.c.id == walk.c.up))
+        .where(
+            parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
+            walk.c.depth < literal_column(str(MAX_LINEAGE_DEPTH)),
+            parent.c.id != all_(walk.c.path),
+        )
+    )
+    walk = walk.union_all(step)
+    return (
+        select(walk.c.start.label("id"), walk.c.node.label("conversation"))
+        .ext(distinct_on(walk.c.start))
+        .order_by(walk.c.start, walk.c.depth.desc())
+        .cte(f"{name}_roots")
+    )
+
+
+@functools.cache
+def pending_row_locked() -> Select[tuple[str, float]]:
+    """``:session_id`` while it is pending, locked (``SKIP LOCKED``: a row another claimer
+    holds is left to it), with its start time; the first step of a claim of given rows."""
+    return (
+        select(_c.id, _c.started_at)
+        .where(_c.id == bindparam("session_id"), state_is(HandoffState.PENDING))
+        .with_for_update(skip_locked=True)
+    )
+
+
+#: The column of :func:`claim_given`'s answer naming each row it locked (a row left pending
+#: has it and NULL for every session column).
+PICKED = "_picked_id"
+
+
+@functools.cache
+def claim_given(turns: bool) -> Select[Any]:
+    """PostgreSQL, one statement: pending -> running for those of ``:ids`` still pending,
+    stamping ``:owner``, ``:lease_expires_at`` and the next attempt, one event per row.
+
+    Rows another claimer has locked are skipped. With ``turns``, each row also needs its
+    conversation's turn lease for its holder (``:holders``, parallel to ``:ids``) until
+    ``:turn_until``: of several rows of one conversation only the oldest is tried, a lease is
+    taken when it is free, expired (by ``:now``) or already that holder's (then it is left as
+    it is), and a row whose lease is held by anyone else stays pending, untouched. Leases are
+    written in key order and rows locked in id order, as everywhere here.
+
+    Answers one row per row locked: :data:`PICKED` and, for a row claimed, the row as claimed.
+    """
+    picked = (
+        select(_c.id, _c.started_at)
+        .where(_c.id == any_(_pg_array("ids")), state_is(HandoffState.PENDING))
+        .order_by(_c.id)
+        .with_for_update(skip_locked=True)
+        .cte("picked")
+    )
+    given = _unnested(("ids", "id", String()), ("holders", "holder", String())) if turns else None
+    return _claim_picked(picked, turns, given)
+
+
+@functools.cache
+def claim_next(turns: bool) -> Select[Any]:
+    """PostgreSQL, one statement: :func:`claim_given` for the ``:limit`` oldest pending rows
+    no other claimer has locked, leaving out the ids ``:exclude``, each row's turn lease taken
+    for its delivery holder (:func:`delivery_holder`) of the gateway ``:turn_gateway``."""
+    picked = (
+        _oldest_pending(False)
+        .add_columns(_c.started_at)
+        .where(_c.id != all_(_pg_array("exclude")))
+        .with_for_update(skip_locked=True)
+        .cte("picked")
+    )
+    return _claim_picked(picked, turns, None)
+
+
+def delivery_holder(session_id: ColumnElement[str]) -> ColumnElement[str]:
+    """PostgreSQL: the holder :func:`hermes_state.plans.delivery_holder` names for a delivery
+    of ``session_id`` by the gateway ``:turn_gateway``, computed by the database (the two are
+    the same rule; a test holds them to it)."""
+    digest = func.left(
+        func.encode(
+            func.sha256(func.convert_to(session_id, literal_column("'UTF8'"))),
+            literal_column("'hex'"),
+        ),
+        literal_column("16"),
+    )
+    gateway = bindparam("turn_gateway", type_=String())
+    holder = literal_column("'handoff:'", String()) + digest + literal_column("':'") + gateway
+    return func.left(holder, literal_column(str(ID_LENGTH)), type_=String())
+
+
+def _claim_picked(picked: Any, turns: bool, given: Any) -> Select[Any]:
+    """The claim of the ``picked`` rows (see :func:`claim_given`); holders from ``given``
+    (``unnest(:ids, :holders)``), else derived with :func:`delivery_holder`."""
+    from sqlalchemy.dialects.postgresql import distinct_on
+
+    target: Any = picked
+    if turns:
+        roots = _lineage_roots(picked, "lineage")
+        joined = roots.join(picked, picked.c.id == roots.c.id)
+        if given is not None:
+            joined = joined.join(given, given.c.id == roots.c.id)
+            holder = given.c.holder
+        else:
+            holder = delivery_holder(roots.c.id)
+        chosen = (
+            select(roots.c.id, roots.c.conversation, holder.label("holder"))
+            .select_from(joined)
+            .ext(distinct_on(roots.c.conversation))
+            .order_by(roots.c.conversation, picked.c.started_at, picked.c.id)
+            .cte("chosen")
+        )
+        taken = _take_turns(chosen)
+        target = (
+            select(chosen.c.id)
+            .join(taken, taken.c.conversation_id == chosen.c.conversation)
+            .cte("leased")
+        )
+    moved = (
+        sessions.update()
+        .where(_c.id == target.c.id, state_is(HandoffState.PENDING))
+        .values(**_claimed_values())
+        .returning(*sessions.c)
+        .cte("moved")
+    )
+    event = select(
+        moved.c.id,
+        _literal(HandoffState.PENDING),
+        _literal(HandoffState.RUNNING),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null(),
+    )
+    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    return (
+        select(picked.c.id.label(PICKED), *moved.c)
+        .select_from(picked.outerjoin(moved, moved.c.id == picked.c.id))
+        .add_cte(recorded)
+    )
+
+
+@functools.cache
+def oldest_pending_locked() -> Select[tuple[str]]:
+    """The ids of the ``:limit`` oldest pending rows no other claimer has locked, locked (the
+    first step of :func:`claim_next` where it is not one statement)."""
+    return _oldest_pending(False).with_for_update(skip_locked=True)
+
+
+def _take_turns(chosen: Any) -> Any:
+    """PostgreSQL: take the turn lease of each ``chosen`` (conversation, holder) where it is
+    free, expired by ``:now`` or already the holder's (then unchanged), as the one-row
+    :func:`expire_turn_lease`, :func:`insert_turn_lease` and :func:`turn_lease_holder` do;
+    a CTE ``taken`` of the conversations now held."""
+    from sqlalchemy.dialects.postgresql import insert
+
+    rows = select(
+        chosen.c.conversation,
+        chosen.c.holder,
+        bindparam("now", type_=Double()),
+        bindparam("turn_until", type_=Double()),
+    ).order_by(chosen.c.conversation)
+    stmt = insert(session_turn_leases).from_select(
+        ["conversation_id", "holder", "acquired_at", "expires_at"], rows
+    )
+    new = stmt.excluded
+    kept = and_(_t.holder == new.holder, _t.expires_at > bindparam("now", type_=Double()))
+    return (
+        stmt.on_conflict_do_update(
+            index_elements=["conversation_id"],
+            set_={
+                "holder": new.holder,
+                "acquired_at": case((kept, _t.acquired_at), else_=new.acquired_at),
+                "expires_at": case((kept, _t.expires_at), else_=new.expires_at),
+            },
+            where=or_(_t.expires_at <= bindparam("now", type_=Double()), _t.holder == new.holder),
+        )
+        .returning(_t.conversation_id)
+        .cte("taken")
+    )
+
+
+def _given_turns(prefix: str) -> tuple[Any, Any]:
+    """PostgreSQL: ``(session id, holder)`` pairs given as ``:{prefix}ids`` and
+    ``:{prefix}holders``, with the conversation each session's lease is keyed on: a CTE of
+    ``(id, conversation, holder)``."""
+    arrays = _unnested((f"{prefix}ids", "id", String()), (f"{prefix}holders", "holder", String()))
+    given = select(arrays.c.id, arrays.c.holder).cte(f"{prefix}given")
+    roots = _lineage_roots(given, f"{prefix}lineage")
+    pairs = (
+        select(roots.c.id, roots.c.conversation, given.c.holder)
+        .select_from(roots.join(given, given.c.id == roots.c.id))
+        .cte(f"{prefix}turns")
+    )
+    return given, pairs
+
+
+@functools.cache
+def refresh_turn_leases() -> Select[tuple[str]]:
+    """PostgreSQL, one statement: move to ``:lease_until`` the expiry of each lease its holder
+    still holds, for the sessions ``:ids`` with their ``:holders``; returns the sessions kept."""
+    _given, pairs = _given_turns("")
+    refreshed = (
+        session_turn_leases.update()
+        .where(_t.conversation_id == pairs.c.conversation, _t.holder == pairs.c.holder)
+        .values(expires_at=bindparam("lease_until", type_=Double()))
+        .returning(pairs.c.id)
+        .cte("refreshed")
+    )
+    return select(refreshed.c.id)
+
+
+def _release_turns() -> Any:
+    """PostgreSQL: drop the leases of ``:release_ids`` their ``:release_holders`` hold."""
+    _given, pairs = _given_turns("release_")
+    return (
+        session_turn_leases.delete()
+        .where(_t.conversation_id == pairs.c.conversation, _t.holder == pairs.c.holder)
+        .returning(_t.conversation_id)
+        .cte("released")
+    )
+
+
+@functools.cache
+def release_turn_leases() -> Select[Any]:
+    """PostgreSQL, one statement: :func:`release_turn_lease` for many sessions at once."""
+    released = _release_turns()
+    return select(func.count().label("released")).select_from(released)

@@ -17,7 +17,7 @@ from . import notify
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import InvalidInputError, ReadOnlyDatabaseError, missing_database
 from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
-from .plans import Ownership, Plan, PlanBook, Row, lease_patience
+from .plans import ClaimBatch, Ownership, Plan, PlanBook, Row, lease_patience
 from .schema import ensure_current
 from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
@@ -231,6 +231,40 @@ class SessionDB(StoreSettings):
         claimed (running, owner, lease, attempt). Concurrent callers get disjoint rows."""
         return self._run(self._plans.claim_pending_handoffs(limit, platform))
 
+    def claim_handoffs(
+        self,
+        session_ids: Iterable[str],
+        *,
+        turn_holders: Mapping[str, str] | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim those of ``session_ids`` that are still pending, in one statement where the
+        backend allows (one transaction elsewhere); rows another claimer holds are left to it.
+
+        With ``turn_holders`` (``{session id: holder}``, one for every id) a row is claimed
+        only together with its conversation's turn lease, taken for that holder for
+        ``turn_seconds`` as :meth:`try_acquire_session_turn_lease` takes it; of several rows of
+        one conversation only the oldest is tried, and a row whose turn is held elsewhere stays
+        pending. Returns the rows claimed, as claimed, and the ids left for their turn.
+        """
+        return self._run(self._plans.claim_handoffs(session_ids, turn_holders, turn_seconds))
+
+    def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim up to ``limit`` of the oldest pending rows no other claimer holds, leaving
+        out the ids in ``exclude`` (rows the caller still delivers), as :meth:`claim_handoffs`
+        claims given rows (one statement on PostgreSQL). With ``turn_gateway``, each row's turn
+        lease is taken for the holder :func:`~hermes_state.plans.delivery_holder` names for a
+        delivery by that gateway."""
+        plan = self._plans.claim_next_handoffs(limit, exclude, turn_gateway, turn_seconds)
+        return self._run(plan)
+
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed, clearing the error. With an owner, only this store's claim."""
         return self._run(self._plans.complete_handoff(session_id))
@@ -255,6 +289,18 @@ class SessionDB(StoreSettings):
         ``str(error)[:500]`` and each row fenced like :meth:`fail_handoff`. Returns
         ``{id: failed}``."""
         return self._run(self._plans.fail_handoffs(errors))
+
+    def finish_handoffs(
+        self,
+        outcomes: Mapping[str, object],
+        *,
+        release_turns: Mapping[str, str] | None = None,
+    ) -> dict[str, bool]:
+        """Finish many running rows at once: ``{id: None}`` completes a row, ``{id: error}``
+        fails it with ``str(error)[:500]``, each fenced like :meth:`complete_handoff`; in the
+        same transaction (one statement on PostgreSQL) give up the turn leases
+        ``release_turns`` names (``{session id: holder}``). Returns ``{id: finished}``."""
+        return self._run(self._plans.finish_handoffs(outcomes, release_turns))
 
     def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
         """Extend the leases this owner still holds; returns the ids renewed."""
@@ -319,6 +365,17 @@ class SessionDB(StoreSettings):
         """Give up ``holder``'s lease; a release by anyone else changes nothing."""
         self._run(self._plans.release_session_turn_lease(session_id, holder))
 
+    def refresh_session_turn_leases(
+        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
+    ) -> list[str]:
+        """Extend, in one call, the leases the holders of ``{session id: holder}`` still hold
+        to ``ttl_seconds`` from now; returns the sessions whose lease was kept."""
+        return self._run(self._plans.refresh_session_turn_leases(turn_holders, ttl_seconds))
+
+    def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
+        """Give up, in one call, the leases the holders of ``{session id: holder}`` hold."""
+        self._run(self._plans.release_session_turn_leases(turn_holders))
+
     # -- the audit trail -----------------------------------------------------------------------
 
     def handoff_history(self, session_id: str) -> list[Row]:
@@ -346,6 +403,11 @@ class SessionDB(StoreSettings):
         """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first;
         ``after`` a session id: the page that follows it; ``search``: ids containing it."""
         return self._run(self._plans.list_handoffs(state, limit, after, search))
+
+    def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
+        """:meth:`get_messages` of many sessions in one statement (one read transaction on
+        SQLite): ``{id: transcript}`` for every id given."""
+        return self._run(self._plans.get_transcripts(session_ids))
 
     def get_session(self, session_id: str) -> Row | None:
         """The session's whole row (every column), or None for an unknown id."""

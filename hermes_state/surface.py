@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from .execution import WriteConnection
-    from .plans import Row
+    from .plans import ClaimBatch, Row
 
 __all__ = ["AsyncStore", "Store"]
 
@@ -114,6 +114,29 @@ class Store(Protocol):
         """Claim up to ``limit`` pending rows, oldest first; returns them as claimed."""
         ...
 
+    def claim_handoffs(
+        self,
+        session_ids: Iterable[str],
+        *,
+        turn_holders: Mapping[str, str] | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim those of the given rows still pending, each with its conversation's turn
+        lease when ``turn_holders`` names a holder per id; the rest are left alone."""
+        ...
+
+    def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim up to ``limit`` of the oldest pending rows no other claimer holds (not those
+        in ``exclude``), each with its turn lease for ``turn_gateway``'s delivery holder."""
+        ...
+
     def complete_handoff(self, session_id: str) -> bool:
         """running -> completed (fenced on this store's claim when it has an owner)."""
         ...
@@ -130,6 +153,13 @@ class Store(Protocol):
 
     def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
         """Fail many running rows at once, ``{id: error}``; ``{id: failed}``."""
+        ...
+
+    def finish_handoffs(
+        self, outcomes: Mapping[str, object], *, release_turns: Mapping[str, str] | None = None
+    ) -> dict[str, bool]:
+        """Complete (``None``) or fail (an error) many running rows at once, each fenced on its
+        own claim, giving up the turn leases ``release_turns`` names in the same transaction."""
         ...
 
     def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
@@ -175,6 +205,16 @@ class Store(Protocol):
         """Give up ``holder``'s turn lease."""
         ...
 
+    def refresh_session_turn_leases(
+        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
+    ) -> list[str]:
+        """Extend many turn leases at once (``{session id: holder}``); returns those kept."""
+        ...
+
+    def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
+        """Give up many turn leases at once (``{session id: holder}``)."""
+        ...
+
     # -- the audit trail --------------------------------------------------------------------
 
     def handoff_history(self, session_id: str) -> list[Row]:
@@ -200,6 +240,10 @@ class Store(Protocol):
         search: str | None = None,
     ) -> list[Row]:
         """Handed-off rows (in ``state``), paged by id."""
+        ...
+
+    def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
+        """:meth:`get_messages` of many sessions at once: ``{id: transcript}``."""
         ...
 
     def get_session(self, session_id: str) -> Row | None:
@@ -310,6 +354,23 @@ class AsyncStore(Protocol):
         self, limit: int, *, platform: str | None = None
     ) -> list[Row]: ...
 
+    async def claim_handoffs(
+        self,
+        session_ids: Iterable[str],
+        *,
+        turn_holders: Mapping[str, str] | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch: ...
+
+    async def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch: ...
+
     async def complete_handoff(self, session_id: str) -> bool: ...
 
     async def fail_handoff(
@@ -319,6 +380,10 @@ class AsyncStore(Protocol):
     async def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]: ...
 
     async def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]: ...
+
+    async def finish_handoffs(
+        self, outcomes: Mapping[str, object], *, release_turns: Mapping[str, str] | None = None
+    ) -> dict[str, bool]: ...
 
     async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]: ...
 
@@ -347,6 +412,12 @@ class AsyncStore(Protocol):
 
     async def release_session_turn_lease(self, session_id: str, holder: str) -> None: ...
 
+    async def refresh_session_turn_leases(
+        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
+    ) -> list[str]: ...
+
+    async def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None: ...
+
     # -- the audit trail --------------------------------------------------------------------
 
     async def handoff_history(self, session_id: str) -> list[Row]: ...
@@ -367,6 +438,8 @@ class AsyncStore(Protocol):
         after: str | None = None,
         search: str | None = None,
     ) -> list[Row]: ...
+
+    async def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]: ...
 
     async def get_session(self, session_id: str) -> Row | None: ...
 

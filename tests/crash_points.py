@@ -20,12 +20,13 @@ import argparse
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from gateway.run import GatewayRunner
 from hermes_state import SessionDB
+from hermes_state.plans import ClaimBatch
 
 POINTS = ("claimed", "handler", "completing", "none")
 
@@ -64,7 +65,9 @@ def deliver(row: Mapping[str, Any], profile_name: str | None) -> None:
 
 
 class StoppingStore(SessionDB):
-    """A real store that stops right after a won claim, or right before a completion."""
+    """A real store that stops right after a won claim, or right before a completion is
+    recorded: the watcher's batch calls (``claim_handoffs``, ``finish_handoffs``) and the
+    one-row calls alike."""
 
     def __init__(self, *args: Any, point: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -77,11 +80,30 @@ class StoppingStore(SessionDB):
             hang()
         return won
 
+    def claim_handoffs(self, session_ids: Iterable[str], **options: Any) -> ClaimBatch:
+        return self._stop_after(super().claim_handoffs(session_ids, **options))
+
+    def claim_next_handoffs(self, limit: int, **options: Any) -> ClaimBatch:
+        return self._stop_after(super().claim_next_handoffs(limit, **options))
+
+    def _stop_after(self, batch: ClaimBatch) -> ClaimBatch:
+        if batch.rows and self.point == "claimed":
+            mark("claimed", batch.rows[0]["id"])
+            hang()
+        return batch
+
     def complete_handoff(self, session_id: str) -> bool:
         if self.point == "completing":
             mark("completing", session_id)
             hang()
         return super().complete_handoff(session_id)
+
+    def finish_handoffs(self, outcomes: Mapping[str, object], **options: Any) -> dict[str, bool]:
+        completing = [session_id for session_id, error in outcomes.items() if error is None]
+        if completing and self.point == "completing":
+            mark("completing", completing[0])
+            hang()
+        return super().finish_handoffs(outcomes, **options)
 
 
 def main() -> None:

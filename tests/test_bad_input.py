@@ -172,6 +172,66 @@ LIBRARY_CASES = [
         lambda db, _: db.fail_handoff("known", "e", only_states=("pending' OR 1=1 --",)),
     ),
     _case("renew str", InvalidInputTypeError, lambda db, _: db.renew_handoff_leases("known")),
+    # the watcher's batches
+    _case(
+        "claim given, holder missing",
+        InvalidInputError,
+        lambda db, _: db.claim_handoffs(["known", "idle"], turn_holders={"known": "h"}),
+    ),
+    _case(
+        "claim given, holders a list",
+        InvalidInputTypeError,
+        lambda db, _: db.claim_handoffs(["known"], turn_holders=["h"]),  # type: ignore[arg-type]
+    ),
+    _case(
+        "claim given, blank holder",
+        InvalidInputError,
+        lambda db, _: db.claim_handoffs(["known"], turn_holders={"known": " "}),
+    ),
+    _case(
+        "claim given, too many",
+        InvalidInputError,
+        lambda db, _: db.claim_handoffs([f"s{n}" for n in range(10_001)]),
+    ),
+    _case(
+        "claim given, bad seconds",
+        InvalidInputError,
+        lambda db, _: db.claim_handoffs(
+            ["known"], turn_holders={"known": "h"}, turn_seconds=math.nan
+        ),
+    ),
+    _case("claim next, zero", InvalidInputError, lambda db, _: db.claim_next_handoffs(0)),
+    _case(
+        "claim next, exclude str",
+        InvalidInputTypeError,
+        lambda db, _: db.claim_next_handoffs(5, exclude="known"),
+    ),
+    _case(
+        "claim next, blank gateway",
+        InvalidInputError,
+        lambda db, _: db.claim_next_handoffs(5, turn_gateway=""),
+    ),
+    _case(
+        "finish, a list",
+        InvalidInputTypeError,
+        lambda db, _: db.finish_handoffs(["known"]),  # type: ignore[arg-type]
+    ),
+    _case(
+        "finish, releases a list",
+        InvalidInputTypeError,
+        lambda db, _: db.finish_handoffs({"known": None}, release_turns=["h"]),  # type: ignore[arg-type]
+    ),
+    _case(
+        "refresh turns, bad seconds",
+        InvalidInputError,
+        lambda db, _: db.refresh_session_turn_leases({"known": "h"}, ttl_seconds=-math.inf),
+    ),
+    _case(
+        "release turns, int holder",
+        InvalidInputTypeError,
+        lambda db, _: db.release_session_turn_leases({"known": 7}),  # type: ignore[dict-item]
+    ),
+    _case("transcripts, str", InvalidInputTypeError, lambda db, _: db.get_transcripts("known")),
     _case("renew ints", InvalidInputTypeError, lambda db, _: db.renew_handoff_leases([1, 2])),
     # SQL fragments are data: an id that is SQL is just an unknown session
     _case("append to SQL id", UnknownSessionError, lambda db, _: db.append_message(SQL, "u", "x")),

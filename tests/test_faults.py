@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy import create_engine, event, text
@@ -277,11 +277,11 @@ async def test_a_watcher_whose_completion_hits_a_full_disk_keeps_serving(
     serving = asyncio.ensure_future(runner.run())
     try:
         await eventually(
-            lambda: logged("could not record the completion of victim"),
+            lambda: logged("could not record the outcome of victim"),
             "the completion to fail",
             deadline=DEADLINE,
         )
-        failure = next(r for r in caplog.records if "completion of victim" in r.getMessage())
+        failure = next(r for r in caplog.records if "outcome of victim" in r.getMessage())
         assert failure.exc_info is not None
         assert isinstance(failure.exc_info[1], DiskFullError)
         one_clear_line(failure.exc_info[1], "is full", "free space")
@@ -597,14 +597,25 @@ def outage() -> Exception:
 
 
 class FlakyStore:
-    """An awaitable store that raises a translated database error from chosen methods for
-    their first calls, and passes everything else to a real store.
+    """An awaitable store that raises a translated database error from chosen calls for their
+    first times, and passes everything else to a real store.
 
-    ``before`` methods fail without reaching the database; ``after`` methods run for real and
-    then fail, like a commit whose answer was lost on the way back.
+    Calls are chosen by method name or by kind, whichever way the watcher makes them (one row
+    per call, or a batch): ``listing``, ``claim`` and ``finish``. ``before`` calls fail without
+    reaching the database; ``after`` calls run for real and then fail, like a commit whose
+    answer was lost on the way back.
     """
 
-    LISTINGS = ("list_pending_handoffs", "list_handoffs")
+    KINDS: ClassVar[dict[str, str]] = {
+        "list_pending_handoffs": "listing",
+        "list_handoffs": "listing",
+        "claim_handoff": "claim",
+        "claim_handoffs": "claim",
+        "claim_next_handoffs": "claim",
+        "complete_handoff": "finish",
+        "fail_handoff": "finish",
+        "finish_handoffs": "finish",
+    }
 
     def __init__(
         self, real: AsyncSessionDB, before: dict[str, int], after: dict[str, int] | None = None
@@ -618,7 +629,7 @@ class FlakyStore:
         attribute = getattr(self._real, name)
         if not callable(attribute):
             return attribute
-        key = "listing" if name in self.LISTINGS else name
+        key = self.KINDS.get(name, name)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[key] += 1
@@ -634,24 +645,49 @@ class FlakyStore:
         return call
 
     @property
-    def ticks(self) -> int:
-        """Every tick asks for the change token first (None on servers): it counts ticks."""
-        return self.calls["handoff_change_token"]
+    def polls(self) -> int:
+        """A tick's first look at what is pending: a listing, or a claim of the oldest rows
+        where the watcher lists nothing first."""
+        return self.calls["listing"] + self.calls["claim"]
+
+
+class Ticks:
+    """The watcher's metrics hook, counting its ticks."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def claimed(self, row: Any) -> None:
+        pass
+
+    def delivered(self, outcome: str, seconds: float) -> None:
+        pass
+
+    def ticked(self, seconds: float) -> None:
+        self.count += 1
 
 
 TICK_BUDGET = 300  # ticks a recovering watcher gets after the faults ran out; it needs a few
 
 
+def watching(store: Any, deliver: Any) -> tuple[GatewayRunner, Ticks]:
+    """A watcher with one delivery slot (so a failed call concerns one row), counting ticks."""
+    ticks = Ticks()
+    runner = GatewayRunner(store, deliver, interval=0.01, max_concurrency=1, metrics=ticks)
+    return runner, ticks
+
+
 async def serve_until(
-    runner: GatewayRunner, flaky: FlakyStore, done: Callable[[], bool], what: str
+    watcher: tuple[GatewayRunner, Ticks], flaky: FlakyStore, done: Callable[[], bool], what: str
 ) -> None:
     """Run the watcher until ``done()`` holds, or until it had TICK_BUDGET ticks to get there."""
+    runner, ticks = watcher
     serving = asyncio.ensure_future(runner.run())
     try:
         start = time.monotonic()
         while not await asyncio.to_thread(done):
-            if flaky.ticks > TICK_BUDGET or time.monotonic() - start > 60:
-                pytest.fail(f"{what}: not done after {flaky.ticks} ticks; calls {flaky.calls}")
+            if ticks.count > TICK_BUDGET or time.monotonic() - start > 60:
+                pytest.fail(f"{what}: not done after {ticks.count} ticks; calls {flaky.calls}")
             assert not serving.done(), "the watcher stopped"
             await asyncio.sleep(0.01)
     finally:
@@ -678,8 +714,8 @@ async def test_a_watcher_keeps_ticking_through_database_errors_and_catches_up(
         before={
             "reclaim_stale_running_handoffs": 1,  # startup reclaim
             "listing": 2,
-            "claim_handoff": 2,
-            "complete_handoff": 1,
+            "claim": 2,
+            "finish": 1,
         },
     )
     delivered: list[str] = []
@@ -690,32 +726,29 @@ async def test_a_watcher_keeps_ticking_through_database_errors_and_catches_up(
     def states() -> Counter[str]:
         return Counter(store.get_handoff_state(sid)["state"] for sid in ids)
 
-    runner = GatewayRunner(flaky, deliver, interval=0.01)
     await serve_until(
-        runner,
+        watching(flaky, deliver),
         flaky,
         lambda: states() == Counter(completed=2, running=1),
         "every row delivered once the faults ran out",
     )
     assert sorted(delivered) == ids, "each row is delivered exactly once"
-    assert flaky.calls["listing"] > 2  # it kept polling through the failed listings
+    assert flaky.polls > 2  # it kept polling through the failed polls
     # The row whose completion could not be recorded stays running under this gateway...
     (stuck,) = [sid for sid in ids if store.get_handoff_state(sid)["state"] == "running"]
 
     # ...until this gateway starts again and reclaims it; then it can be handed off again.
     healthy = FlakyStore(AsyncSessionDB(store), before={})
-    runner = GatewayRunner(healthy, deliver, interval=0.01)
     await serve_until(
-        runner,
+        watching(healthy, deliver),
         healthy,
         lambda: store.get_handoff_state(stuck)["state"] == "failed",
         "the startup reclaim",
     )
     assert store.get_handoff_state(stuck)["error"] == STRANDED_ERROR
     assert store.request_handoff(stuck, "telegram")
-    runner = GatewayRunner(healthy, deliver, interval=0.01)
     await serve_until(
-        runner,
+        watching(healthy, deliver),
         healthy,
         lambda: store.get_handoff_state(stuck)["state"] == "completed",
         "the re-requested delivery",
@@ -734,15 +767,14 @@ async def test_a_claim_whose_answer_was_lost_is_reclaimed_never_delivered_twice(
         store.create_session(sid, "cli", started_at=float(number))
         assert store.request_handoff(sid, "telegram")
     # The first claim commits, but its answer never reaches the watcher.
-    flaky = FlakyStore(AsyncSessionDB(store), before={}, after={"claim_handoff": 1})
+    flaky = FlakyStore(AsyncSessionDB(store), before={}, after={"claim": 1})
     delivered: list[str] = []
 
     async def deliver(row: Any, _profile: str | None) -> None:
         delivered.append(row["id"])
 
-    runner = GatewayRunner(flaky, deliver, interval=0.01)
     await serve_until(
-        runner,
+        watching(flaky, deliver),
         flaky,
         lambda: store.get_handoff_state("fine")["state"] == "completed",
         "the other row to be delivered",
@@ -756,9 +788,8 @@ async def test_a_claim_whose_answer_was_lost_is_reclaimed_never_delivered_twice(
     assert delivered == ["fine"]
 
     restarted = FlakyStore(AsyncSessionDB(store), before={})
-    runner = GatewayRunner(restarted, deliver, interval=0.01)
     await serve_until(
-        runner,
+        watching(restarted, deliver),
         restarted,
         lambda: store.get_handoff_state("lost")["state"] == "failed",
         "the reclaim at the next start",

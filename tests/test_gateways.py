@@ -383,7 +383,11 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
         "completed",
         "gw-a",
     )
-    gw_a.wait_for_line(f"handoff {session_id} completed")
+    wait_until(
+        lambda: any(" completed " in line and session_id in line for line in gw_a.lines),
+        "gw-a to say it completed the delivery",
+        deadline=DEADLINE,
+    )
     assert session_id not in gw_b.log, gw_b.log
 
 
@@ -517,7 +521,13 @@ def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
     gateways: Callable[..., Gateway],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    ids = ["zombie-direct", "zombie-delivered", "zombie-raised"]
+    ids = [
+        "zombie-direct",
+        "zombie-delivered",
+        "zombie-raised",
+        "zombie-batch-delivered",
+        "zombie-batch-raised",
+    ]
     make_pending(db, *ids)
     # The zombie: a gateway's store whose claims are never renewed (its gateway hung).
     with SessionDB(url=pg_url, owner="gw-a", lease_seconds=1.0) as zombie:
@@ -548,17 +558,27 @@ def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
 
         store = AsyncSessionDB(zombie)
         with caplog.at_level(logging.INFO, logger="gateway.run"):
-            for session_id, handler in (("zombie-delivered", delivers), ("zombie-raised", raises)):
+            for session_id, handler in (
+                ("zombie-delivered", delivers),
+                ("zombie-raised", raises),
+                ("zombie-batch-delivered", delivers),
+                ("zombie-batch-raised", raises),
+            ):
                 runner = types.SimpleNamespace(_process_handoff=handler)
                 watch = run.HandoffWatch(runner, interval=1.0, drain_timeout=1.0)
                 row = {"id": session_id, "handoff_platform": "telegram"}
                 claimed = run._Claimed((None, session_id), None)
-                run_coroutine(watch._deliver(store, row, claimed))
+                if "batch" in session_id:  # through the flusher, as the batch pipeline does
+                    run_coroutine(delivered_batched(watch, store, row, claimed))
+                else:
+                    run_coroutine(watch._deliver(store, row, claimed))
         discarded = [r.getMessage() for r in caplog.records if "discarded" in r.getMessage()]
-        assert any("completion of zombie-delivered" in m for m in discarded), discarded
-        assert any("failure of zombie-raised" in m for m in discarded), discarded
+        for session_id in ("zombie-delivered", "zombie-batch-delivered"):
+            assert any(f"completion of {session_id} was" in m for m in discarded), discarded
+        for session_id in ("zombie-raised", "zombie-batch-raised"):
+            assert any(f"failure of {session_id} was" in m for m in discarded), discarded
         assert not any(
-            "handoff zombie-delivered completed" in r.getMessage() for r in caplog.records
+            "completed" in r.getMessage() and "zombie-" in r.getMessage() for r in caplog.records
         )
 
     for session_id in ids:
@@ -567,3 +587,14 @@ def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
 
 def run_coroutine(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
+
+
+async def delivered_batched(
+    watch: run.HandoffWatch, store: Any, row: dict[str, Any], claimed: Any
+) -> None:
+    """One batched delivery with its watcher's flusher running, flushed before returning."""
+    watch.flusher.start()
+    try:
+        await watch._deliver_batched(store, row, claimed)
+    finally:
+        await watch.flusher.close()

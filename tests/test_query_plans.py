@@ -510,3 +510,53 @@ def test_mariadb_store_sends_no_full_scans(
         for step in steps:
             assert step["type"] != "ALL", (sql, steps)
             assert step["key"] is not None, (sql, steps)
+
+
+# The watcher's batch statements: each reaches the rows it names by key, its oldest-pending pick
+# goes through the partial index, and nothing scans the sessions table.
+_PENDING_IDS = [f"s{n}" for n in range(4000, TOTAL + 1, 4000)]
+_BATCH_PARAMS: dict[str, Any] = {
+    "now": 1.0,
+    "actor": "gw",
+    "owner": "gw",
+    "lease_expires_at": 61.0,
+    "turn_until": 21.0,
+    "turn_gateway": "gw",
+    "limit": 10,
+    "exclude": ["s1"],
+    "ids": _PENDING_IDS,
+    "holders": [f"h-{session_id}" for session_id in _PENDING_IDS],
+    "attempts": [1] * len(_PENDING_IDS),
+    "errors": [None] * len(_PENDING_IDS),
+    "release_ids": _PENDING_IDS,
+    "release_holders": [f"h-{session_id}" for session_id in _PENDING_IDS],
+    "lease_until": 21.0,
+}
+BATCH_BUILDERS: list[tuple[str, Callable[[], Executable]]] = [
+    ("claim given rows with turns", lambda: statements.claim_given(True)),
+    ("claim the next rows with turns", lambda: statements.claim_next(True)),
+    ("finish many, giving turns back", lambda: statements.finish_claims(True, True)),
+    ("refresh many turns", statements.refresh_turn_leases),
+    ("release many turns", statements.release_turn_leases),
+    ("many transcripts", lambda: statements.get_transcripts(True)),
+]
+
+
+@pytest.mark.parametrize(("name", "build"), BATCH_BUILDERS, ids=[n for n, _ in BATCH_BUILDERS])
+def test_postgresql_batch_statements_never_scan_sessions(
+    pg_many: URL, name: str, build: Callable[[], Executable]
+) -> None:
+    engine = make_engine(pg_many)
+    try:
+        with engine.connect() as connection:
+            result = build().compile(dialect=connection.dialect)
+            assert isinstance(result, SQLCompiler)
+            params = result.construct_params(
+                {key: value for key, value in _BATCH_PARAMS.items() if key in result.binds}
+            )
+    finally:
+        engine.dispose()
+    plan = pg_explain(pg_many, result.string, params)
+    assert "Seq Scan on sessions" not in plan, plan
+    if name == "claim the next rows with turns":
+        assert pg_uses(plan, PENDING_INDEX), plan

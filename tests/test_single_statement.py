@@ -66,6 +66,18 @@ OPERATIONS: list[tuple[str, Callable[[SessionDB], object]]] = [
         lambda db: db.fail_handoff("pending", "gave up", only_states=["pending"]),
     ),
     ("renew", lambda db: db.renew_handoff_leases(["running"])),
+    (
+        "claim given with turns",
+        lambda db: db.claim_handoffs(["pending"], turn_holders={"pending": "h"}),
+    ),
+    ("claim next with turns", lambda db: db.claim_next_handoffs(10, turn_gateway="gw")),
+    (
+        "finish many, giving turns back",
+        lambda db: db.finish_handoffs({"running": None}, release_turns={"running": "h"}),
+    ),
+    ("refresh turns", lambda db: db.refresh_session_turn_leases({"running": "h"})),
+    ("release turns", lambda db: db.release_session_turn_leases({"running": "h"})),
+    ("transcripts", lambda db: db.get_transcripts(["idle", "running"])),
     ("reclaim stale", lambda db: db.reclaim_stale_running_handoffs("stranded")),
     ("reclaim expired", lambda db: db.reclaim_expired_handoffs("expired")),
     ("reclaim all", lambda db: db.reclaim_running_handoffs("all")),

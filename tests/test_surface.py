@@ -213,6 +213,8 @@ SAMPLES: dict[str, Any] = {
     "limit": 5,
     "session_ids": ["s-1", "s-2", "s-1"],
     "errors": {"s-1": "bounced", "s-2": "bounced"},
+    "outcomes": {"s-1": None, "s-2": "bounced"},
+    "turn_holders": {"s-1": "gateway-1", "s-2": "gateway-1"},
     "holder": "gateway-1",
     "older_than_seconds": 60.0,
     "fn": lambda conn: conn.execute("SELECT 1").scalar_one(),

@@ -235,11 +235,16 @@ async def test_no_row_is_dispatched_twice_across_many_ticks_and_two_gateways(
         dispatched[row["id"]] += 1
         await gate.wait()
 
+    # Gateways sharing a database have owners and leases: an ownerless store acts as its
+    # database's only gateway, whose startup reclaim would fail the other's claims.
     runners = [
         GatewayRunner(
-            SessionDB(db.url), handler, drain_timeout=5.0, max_concurrency=max_concurrency
+            SessionDB(db.url, owner=f"gw-{number}", lease_seconds=60.0),
+            handler,
+            drain_timeout=5.0,
+            max_concurrency=max_concurrency,
         )
-        for _ in range(2)
+        for number in range(2)
     ]
 
     def note_tick(_n: int) -> None:
@@ -844,9 +849,9 @@ async def test_store_work_never_runs_on_the_event_loop(
     for expected in (
         "__init__",  # the profile's store, opened by the watcher
         "reclaim_stale_running_handoffs",
-        "list_pending_handoffs",
-        "claim_handoff",
-        "complete_handoff",
+        "claim_next_handoffs",  # a tick's rows, with their turn leases, in one call
+        "get_transcripts",
+        "finish_handoffs",  # the deliveries that ended together, in one call
         "has_pending_handoffs",  # the profile's idle gate
     ):
         assert names[expected] > 0, f"the watcher never called {expected}: {dict(names)}"
