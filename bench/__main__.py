@@ -22,7 +22,7 @@ from typing import Final
 import sqlalchemy
 
 from .common import Result, format_table
-from .fixtures import PG_URL_ENVS, cleanup
+from .fixtures import MYSQL_URL_ENVS, PG_URL_ENVS, cleanup
 
 BENCHMARKS: Final = (
     "write_path",
@@ -79,9 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"on it); env: {PG_URL_ENVS[0]}, else {PG_URL_ENVS[1]}; without one, PostgreSQL "
         "cases are skipped",
     )
+    parser.add_argument(
+        "--mysql-url",
+        metavar="URL",
+        help="also measure batch claims on this MariaDB/MySQL server; env: "
+        f"{MYSQL_URL_ENVS[0]}, else {MYSQL_URL_ENVS[1]}; without one, they are skipped",
+    )
     args = parser.parse_args(argv)
     if args.pg_url:
         os.environ[PG_URL_ENVS[0]] = args.pg_url
+    if args.mysql_url:
+        os.environ[MYSQL_URL_ENVS[0]] = args.mysql_url
 
     environment = _environment()
     print(" · ".join(f"{key} {value}" for key, value in environment.items()), flush=True)

@@ -56,6 +56,7 @@ __all__ = [
 #: Where ``python -m bench`` runs from; children run there too, so ``bench`` is importable.
 PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
 PG_URL_ENVS: Final = ("HERMES_STATE_BENCH_PG_URL", "HERMES_STATE_TEST_PG_URL")
+MYSQL_URL_ENVS: Final = ("HERMES_STATE_BENCH_MYSQL_URL", "HERMES_STATE_TEST_MYSQL_URL")
 PLATFORM: Final = "telegram"
 #: Sessions in a built file: one in this many has a completed handoff (history, not pending).
 COMPLETED_EVERY: Final = 20
@@ -159,7 +160,16 @@ _checked: dict[str, URL] = {}
 
 def pg_server() -> URL | None:
     """The configured PostgreSQL server, or None; raises when it is set but unreachable."""
-    for name in PG_URL_ENVS:
+    return _server(PG_URL_ENVS, "postgresql", "PostgreSQL")
+
+
+def mysql_server() -> URL | None:
+    """The configured MariaDB/MySQL server, or None; raises when it is set but unreachable."""
+    return _server(MYSQL_URL_ENVS, "mysql", "MariaDB/MySQL")
+
+
+def _server(envs: tuple[str, ...], backend: str, kind: str) -> URL | None:
+    for name in envs:
         raw = os.environ.get(name, "").strip()
         if raw:
             break
@@ -168,8 +178,8 @@ def pg_server() -> URL | None:
     if raw in _checked:
         return _checked[raw]
     url = resolve_url(raw)
-    if url.get_backend_name() != "postgresql":
-        raise BenchmarkError(f"{name} must name a PostgreSQL server, not {url.get_backend_name()}")
+    if url.get_backend_name() != backend:
+        raise BenchmarkError(f"{name} must name a {kind} server, not {url.get_backend_name()}")
     engine = create_engine(with_driver(url, asyncio=False))
     try:
         with engine.connect() as connection:
@@ -185,9 +195,9 @@ def pg_server() -> URL | None:
     return url
 
 
-def skipping(what: str) -> None:
-    """Say on stderr that a PostgreSQL case is skipped."""
-    print(f"  {what}: skipped ({' / '.join(PG_URL_ENVS)} not set)", file=sys.stderr)
+def skipping(what: str, envs: tuple[str, ...] = PG_URL_ENVS) -> None:
+    """Say on stderr that a server case is skipped (PostgreSQL's unless ``envs`` says)."""
+    print(f"  {what}: skipped ({' / '.join(envs)} not set)", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -208,6 +218,25 @@ def pg_database(server: URL, *, at_head: bool = True) -> Iterator[URL]:
     finally:
         with admin.connect() as connection:
             connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+@contextlib.contextmanager
+def mysql_database(server: URL) -> Iterator[URL]:
+    """A new database on the MariaDB/MySQL ``server``, at the head revision, dropped afterwards."""
+    from hermes_state import schema
+
+    name = f"hs_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(with_driver(server, asyncio=False), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f"CREATE DATABASE {name}"))
+        url = server.set(database=name)
+        schema.upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
         admin.dispose()
 
 

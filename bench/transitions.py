@@ -1,8 +1,8 @@
 """Claims against the bare driver: single claims on PostgreSQL, batch claims on every backend.
 
-Two cases, each at 1, 2 and 4 worker processes (spawned once per case; each round opens its
-connections before a barrier releases every worker at once, and the round's time runs from
-that release to the last worker's answer):
+Two cases (the second on each backend), each at 1, 2 and 4 worker processes (spawned once per
+case; each round opens its connections before a barrier releases every worker at once, and the
+round's time runs from that release to the last worker's answer):
 
 * ``single claims, PostgreSQL``: every worker claims its own share of the pending rows by id.
   Baseline: psycopg sending one autocommit conditional ``UPDATE`` per claim, with no audit row
@@ -12,10 +12,12 @@ that release to the last worker's answer):
 * ``batch claims``: every worker drains the shared backlog until nothing is pending.
   Baseline on PostgreSQL: psycopg claiming the oldest pending row per autocommit statement
   (``FOR UPDATE SKIP LOCKED``, no audit row); on SQLite: the ``sqlite3`` module claiming one row
-  per ``BEGIN IMMEDIATE`` transaction with its audit row. Contenders:
-  ``SessionDB.claim_pending_handoffs(limit)`` at limits 1, 10 and 100. Bars (issue 13): with
-  limit 100, at least 10x the baseline's rate on PostgreSQL (ratio 0.1 or less) and 5x on SQLite
-  (0.2 or less).
+  per ``BEGIN IMMEDIATE`` transaction with its audit row; on MariaDB (when
+  ``HERMES_STATE_TEST_MYSQL_URL`` or ``--mysql-url`` names a server): PyMySQL picking the oldest
+  pending row (``FOR UPDATE SKIP LOCKED``), moving it and committing, no audit row (no bar).
+  Contenders: ``SessionDB.claim_pending_handoffs(limit)`` at limits 1, 10 and 100. Bars
+  (issue 13): with limit 100, at least 10x the baseline's rate on PostgreSQL (ratio 0.1 or
+  less) and 5x on SQLite (0.2 or less).
 
 After every round the benchmark checks that each row was claimed exactly once (running, with
 attempt 1), then puts the rows back to pending for the next round. On SQLite a connection stays
@@ -69,6 +71,7 @@ BARE_UPDATE: Final = "psycopg bare UPDATE"
 STORE_CLAIM: Final = "SessionDB.claim_handoff"
 BARE_NEXT_PG: Final = "psycopg 1 row/statement"
 BARE_NEXT_SQLITE: Final = "sqlite3 1 row/transaction"
+BARE_NEXT_MYSQL: Final = "PyMySQL 1 row/transaction"
 
 
 def _batch(limit: int) -> str:
@@ -186,6 +189,14 @@ def run(quick: bool) -> list[Result]:
         contenders = [BARE_NEXT_SQLITE, *(_batch(limit) for limit in LIMITS)]
         sqlite_rounds = QUICK_ROUNDS if quick else SQLITE_ROUNDS
         results += _case(url, "batch claims, SQLite", contenders, rows, sqlite_rounds)
+    mysql = fixtures.mysql_server()
+    if mysql is None:
+        fixtures.skipping(f"{NAME} (MariaDB)", fixtures.MYSQL_URL_ENVS)
+    else:
+        with fixtures.mysql_database(mysql) as url:
+            _seed(url, rows)
+            contenders = [BARE_NEXT_MYSQL, *(_batch(limit) for limit in LIMITS)]
+            results += _case(url, "batch claims, MariaDB", contenders, rows, rounds)
     return results
 
 
@@ -357,6 +368,7 @@ def _work(order: Order, barrier: Any) -> Spent:
         STORE_CLAIM: _store_claim,
         BARE_NEXT_PG: _bare_next_pg,
         BARE_NEXT_SQLITE: _bare_next_sqlite,
+        BARE_NEXT_MYSQL: _bare_next_mysql,
         "batch": _store_batch,
     }
     won = workers[order.kind](order, start)
@@ -451,6 +463,51 @@ def _bare_next_sqlite(order: Order, start: Any) -> int:
             )
             connection.execute("COMMIT")
             won += 1
+    finally:
+        connection.close()
+
+
+def _bare_next_mysql(order: Order, start: Any) -> int:
+    """PyMySQL claiming the oldest pending row per transaction: pick it (``SKIP LOCKED``),
+    move it, commit; no audit row, as the PostgreSQL baseline."""
+    import pymysql
+
+    from hermes_state.engine import resolve_url
+
+    url = resolve_url(order.url)
+    connection = pymysql.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 3306,
+        user=url.username or "root",
+        password=url.password or "",
+        database=url.database,
+        autocommit=False,
+    )
+    pick = (
+        "SELECT id FROM sessions WHERE handoff_state = 'pending' ORDER BY started_at, id "
+        "LIMIT 1 FOR UPDATE SKIP LOCKED"
+    )
+    move = (
+        "UPDATE sessions SET handoff_state = 'running', handoff_claimed_at = %(now)s, "
+        "handoff_owner = %(owner)s, handoff_lease_expires_at = %(lease)s, "
+        "handoff_attempt = handoff_attempt + 1 WHERE id = %(id)s"
+    )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            connection.commit()
+            start.wait(WAIT)
+            won = 0
+            while True:
+                cursor.execute(pick)
+                row = cursor.fetchone()
+                if row is None:
+                    connection.commit()
+                    start.stop()
+                    return won
+                cursor.execute(move, _params(order, id=row[0]))
+                connection.commit()
+                won += 1
     finally:
         connection.close()
 
