@@ -64,8 +64,9 @@ RECLAIM_MESSAGE: Final = STRANDED_ERROR
 DEFAULT_MAX_CONCURRENCY: Final = 3
 #: How often an idle watcher says, at INFO, that it is alive and what it watches.
 DEFAULT_HEARTBEAT_SECONDS: Final = 180.0
-#: How long the watcher's turn lease on a conversation lasts without a refresh; refreshed
-#: every third of it while the delivery runs.
+#: How long the watcher's turn lease on a conversation lasts without a refresh (at most: a
+#: store with a shorter claim lease shortens it, see :func:`_turn_seconds`); refreshed every
+#: third of it while the delivery runs.
 TURN_LEASE_SECONDS: Final = 60.0
 #: A side task that crashes more often than this within :data:`RESTART_WINDOW` seconds stops
 #: the watcher; below that it is restarted after :data:`RESTART_DELAY` seconds.
@@ -232,6 +233,17 @@ def _accepts_profile(process: Callable[..., Any]) -> bool:
         if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
             positional += 1
     return positional >= 2
+
+
+def _turn_seconds(db: Any) -> float:
+    """How long a delivery's turn lease lasts: :data:`TURN_LEASE_SECONDS`, or the store's claim
+    lease when that is shorter, so that the conversations of a gateway that died are free
+    again by the time its rows are reclaimed (a re-request is not kept waiting for a lease
+    nobody renews)."""
+    lease = getattr(db, "lease_seconds", None)
+    if isinstance(lease, int | float) and not isinstance(lease, bool) and lease > 0:
+        return min(TURN_LEASE_SECONDS, float(lease))
+    return TURN_LEASE_SECONDS
 
 
 def _turn_holder(db: Any) -> str:
@@ -491,6 +503,7 @@ class HandoffWatch:
         self.heartbeat: float = getattr(runner, "_handoff_heartbeat", DEFAULT_HEARTBEAT_SECONDS)
         self.metrics: Any = getattr(runner, "_handoff_metrics", None)
         self.holder = _turn_holder(getattr(runner, "_session_db", None))
+        self.turn_seconds = _turn_seconds(getattr(runner, "_session_db", None))
         self.in_flight: dict[Key, asyncio.Task[None]] = {}
         self.turns: dict[Key, _Turn] = {}
         self.flusher = _Flusher(self)
@@ -735,7 +748,7 @@ class HandoffWatch:
                 batch = await db.claim_handoffs(list(pending))
             else:
                 batch = await db.claim_handoffs(
-                    list(pending), turn_holders=holders, turn_seconds=TURN_LEASE_SECONDS
+                    list(pending), turn_holders=holders, turn_seconds=self.turn_seconds
                 )
         except BaseException:
             for claimed in pending.values():
@@ -767,7 +780,7 @@ class HandoffWatch:
         # user asked again): it waits until its delivery ends.
         busy = [session_id for scope, session_id in self.in_flight if scope == profile_name]
         batch = await db.claim_next_handoffs(
-            free, exclude=busy, turn_gateway=gateway, turn_seconds=TURN_LEASE_SECONDS
+            free, exclude=busy, turn_gateway=gateway, turn_seconds=self.turn_seconds
         )
         state.listed = len(batch.rows) + len(batch.turn_held)
         claims = {row["id"]: _Claimed((profile_name, row["id"]), home) for row in batch.rows}
@@ -945,7 +958,7 @@ class HandoffWatch:
             acquire = getattr(db, "try_acquire_session_turn_lease", None)
             if acquire is not None:
                 holder = delivery_holder(self.holder, session_id)
-                if not await acquire(session_id, holder, ttl_seconds=TURN_LEASE_SECONDS):
+                if not await acquire(session_id, holder, ttl_seconds=self.turn_seconds):
                     logger.debug("%s: its conversation's turn is taken; later", session_id)
                     await self._give_back(db, claimed)
                     return None
@@ -1205,7 +1218,7 @@ class HandoffWatch:
         """Refresh the turn leases of deliveries in flight, a third of their life apart: one
         call per store for all it holds, where the store can."""
         while True:
-            await _nap(TURN_LEASE_SECONDS / 3)
+            await _nap(self.turn_seconds / 3)
             by_home: dict[Path | None, dict[Key, _Turn]] = {}
             for key, turn in list(self.turns.items()):
                 by_home.setdefault(turn.home, {})[key] = turn
@@ -1234,7 +1247,7 @@ class HandoffWatch:
         many = getattr(db, "refresh_session_turn_leases", None)
         if many is not None:
             holders = {turn.session_id: turn.holder for turn in turns.values()}
-            kept = set(await many(holders, ttl_seconds=TURN_LEASE_SECONDS))
+            kept = set(await many(holders, ttl_seconds=self.turn_seconds))
             return [key for key, turn in turns.items() if turn.session_id not in kept]
         refresh = getattr(db, "refresh_session_turn_lease", None)
         if refresh is None:
@@ -1243,7 +1256,7 @@ class HandoffWatch:
         for key, turn in turns.items():
             try:
                 kept_one = await refresh(
-                    turn.session_id, turn.holder, ttl_seconds=TURN_LEASE_SECONDS
+                    turn.session_id, turn.holder, ttl_seconds=self.turn_seconds
                 )
             except Exception:
                 logger.warning("could not refresh the turn lease of %s", key[1], exc_info=True)

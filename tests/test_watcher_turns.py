@@ -231,6 +231,38 @@ async def test_a_real_local_turn_keeps_the_gateway_off_its_conversation(tmp_path
         assert db.try_acquire_session_turn_lease("root", "next-local-turn") is True
 
 
+@pytest.mark.parametrize(
+    ("lease_seconds", "turn_seconds"), [(None, 60.0), (6.0, 6.0), (600.0, 60.0)]
+)
+async def test_a_deliverys_turn_lease_lasts_no_longer_than_its_claims_lease(
+    tmp_path: Path, lease_seconds: float | None, turn_seconds: float
+) -> None:
+    """A gateway that dies holds its conversations' turn leases until they expire: no longer
+    than its claims' lease, so a re-requested handoff is not kept waiting once the row is
+    reclaimed. Read from the lease table while the delivery runs."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        make_pending(db, "s")
+    seen: list[float] = []
+
+    async def handler(row: dict[str, Any], profile_name: str | None) -> None:
+        with SessionDB(path) as reader:
+            (expires_at,) = reader._conn.execute(
+                "SELECT expires_at FROM session_turn_leases WHERE conversation_id = 's'"
+            ).fetchone()
+        seen.append(expires_at - row["handoff_claimed_at"])
+
+    owner = {} if lease_seconds is None else {"owner": "gw", "lease_seconds": lease_seconds}
+    runner = GatewayRunner(SessionDB(path, **owner), handler)
+    runner._running = ticks(2)
+    try:
+        await within(runner._handoff_watcher(interval=0.01, drain_timeout=DEADLINE))
+    finally:
+        await runner.close()
+    assert len(seen) == 1
+    assert seen[0] == pytest.approx(turn_seconds, abs=1.0)
+
+
 # -- the source reservation ----------------------------------------------------------------------
 
 
