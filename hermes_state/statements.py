@@ -499,6 +499,21 @@ def _claimed_values() -> dict[str, Any]:
     }
 
 
+def _recorded_claims(moved: Any) -> Any:
+    """PostgreSQL: the audit rows (pending -> running) of the claims ``moved`` returns, as the
+    CTE that inserts them."""
+    event = select(
+        moved.c.id,
+        _literal(HandoffState.PENDING),
+        _literal(HandoffState.RUNNING),
+        bindparam("now", type_=Double()),
+        bindparam("actor", type_=String()),
+        moved.c.handoff_attempt,
+        null(),
+    )
+    return handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+
+
 @functools.cache
 def claim_handoff(returning: bool, audit_returning: bool = False) -> Transition:
     """pending -> running: a compare-and-swap, so exactly one concurrent claimer wins.
@@ -587,16 +602,7 @@ def claim_pending_statement(by_platform: bool) -> Select[Any]:
         .returning(*sessions.c)
         .cte("moved")
     )
-    event = select(
-        moved.c.id,
-        _literal(HandoffState.PENDING),
-        _literal(HandoffState.RUNNING),
-        bindparam("now", type_=Double()),
-        bindparam("actor", type_=String()),
-        moved.c.handoff_attempt,
-        null(),
-    )
-    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    recorded = _recorded_claims(moved)
     return select(moved).add_cte(recorded)
 
 
@@ -1329,16 +1335,7 @@ def _claim_picked(picked: Any, turns: bool, given: Any) -> Select[Any]:
         .returning(*sessions.c)
         .cte("moved")
     )
-    event = select(
-        moved.c.id,
-        _literal(HandoffState.PENDING),
-        _literal(HandoffState.RUNNING),
-        bindparam("now", type_=Double()),
-        bindparam("actor", type_=String()),
-        moved.c.handoff_attempt,
-        null(),
-    )
-    recorded = handoff_events.insert().from_select(EVENT_COLUMNS, event).cte("recorded")
+    recorded = _recorded_claims(moved)
     return (
         select(picked.c.id.label(PICKED), *moved.c)
         .select_from(picked.outerjoin(moved, moved.c.id == picked.c.id))
