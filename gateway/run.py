@@ -896,10 +896,7 @@ class HandoffWatch:
         try:
             error: str | None = None
             try:
-                if self.takes_profile:
-                    await self.process(row, claimed.key[0])
-                else:
-                    await self.process(row)
+                await self._handler(row, claimed.key[0])
             except asyncio.CancelledError:
                 logger.warning(
                     "delivery of %s cancelled; it stays running until reclaimed", session_id
@@ -1075,15 +1072,19 @@ class HandoffWatch:
             if self.metrics is not None:
                 self.metrics.delivered(outcome, time.monotonic() - started)
 
+    async def _handler(self, row: Row, profile_name: str | None) -> None:
+        """The runner's ``_process_handoff``, called the way it takes its arguments."""
+        if self.takes_profile:
+            await self.process(row, profile_name)
+        else:
+            await self.process(row)
+
     async def _outcome(self, db: Any, row: Row, claimed: _Claimed) -> str:
         """Run the handler and record its result; says how the delivery ended (the metrics'
         outcome label): completed, failed, discarded (the claim was lost) or cancelled."""
         session_id = row["id"]
         try:
-            if self.takes_profile:
-                await self.process(row, claimed.key[0])
-            else:
-                await self.process(row)
+            await self._handler(row, claimed.key[0])
         except asyncio.CancelledError:
             logger.warning("delivery of %s cancelled; it stays running until reclaimed", session_id)
             raise

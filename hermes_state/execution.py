@@ -174,6 +174,19 @@ class WriteConnection:
         return self.connection.execute(statement, parameters)
 
 
+def _in_forked_children(method: Callable[[], None]) -> None:
+    """Call the bound ``method`` in every child forked from now on, while its object lives
+    (held weakly: registering does not keep a closed runner alive)."""
+    forget = weakref.WeakMethod(method)
+
+    def after_fork_in_child() -> None:
+        alive = forget()
+        if alive is not None:
+            alive()
+
+    os.register_at_fork(after_in_child=after_fork_in_child)
+
+
 class PooledRunner:
     """Plain SQLAlchemy: a pooled connection and a transaction per unit of work."""
 
@@ -300,14 +313,7 @@ class SqliteThreadRunner(PooledRunner):
         self._closed = False
         self._probe: _ThreadConnection | None = None
         self._probe_lock = threading.Lock()
-        forget = weakref.WeakMethod(self._forget_connections_after_fork)
-
-        def after_fork_in_child() -> None:
-            method = forget()
-            if method is not None:
-                method()
-
-        os.register_at_fork(after_in_child=after_fork_in_child)
+        _in_forked_children(self._forget_connections_after_fork)
 
     def _forget_connections_after_fork(self) -> None:
         # A forked child must never use its parent's SQLite connections; it opens its own.
@@ -559,14 +565,7 @@ class PostgresRunner(PooledRunner):
         self._keep = size() if callable(size) else 5
         self._lock = threading.Lock()
         self._closed = False
-        forget = weakref.WeakMethod(self._forget_connections_after_fork)
-
-        def after_fork_in_child() -> None:
-            method = forget()
-            if method is not None:
-                method()
-
-        os.register_at_fork(after_in_child=after_fork_in_child)
+        _in_forked_children(self._forget_connections_after_fork)
 
     def _forget_connections_after_fork(self) -> None:
         # A child must not talk on its parent's sockets; psycopg does not close a connection
