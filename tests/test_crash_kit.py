@@ -42,10 +42,12 @@ from sqlalchemy.engine import URL
 from hermes_state import SessionDB, drift, schema
 from hermes_state.engine import resolve_url
 from hermes_state.plans import STRANDED_ERROR
-from tests.conftest import url_arg
+from tests.conftest import SERIAL, url_arg
 from tests.digest import database_snapshot
 from tests.legacy import build_legacy_db, row_digest, schema_entries, table_columns
 from tests.processes import DEADLINE, cli_argv, wait_until
+
+pytestmark = SERIAL  # kills at chosen points of a real process: never beside another such test
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = "crash-gateway"

@@ -34,11 +34,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 import gateway.run as run
-from hermes_state import AsyncSessionDB, SessionDB, schema
+from hermes_state import AsyncSessionDB, SessionDB
 from hermes_state.models import session_turn_leases
 from hermes_state.plans import STRANDED_ERROR
 
-from .conftest import throwaway_database
+from .conftest import SERIAL, migrated_database
 from .processes import CLI, Watcher, cli_argv, eventually, kill_group, read_pid, wait_until
 from .stores import HandClock, handoff_row, make_pending
 
@@ -261,8 +261,7 @@ class Gateway(Watcher):
 
 @pytest.fixture
 def pg_url() -> Iterator[URL]:
-    with throwaway_database("postgresql") as url:
-        schema.upgrade(url)
+    with migrated_database("postgresql") as url:
         yield url
 
 
@@ -368,6 +367,7 @@ def report(capsys: pytest.CaptureFixture[str], text: str) -> None:
 # -- a live gateway's delivery is left alone ---------------------------------------------------
 
 
+@SERIAL
 def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
@@ -420,6 +420,7 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
 # -- a killed gateway's delivery is rescued by the other one -----------------------------------
 
 
+@SERIAL
 def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
     db: SessionDB,
     gateways: Callable[..., Gateway],
@@ -480,6 +481,7 @@ def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
     assert db.handoff_history(session_id)[-1]["actor"] == "gw-b"
 
 
+@SERIAL
 def test_a_restarted_gateway_fails_its_previous_lifes_row_at_once(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
@@ -516,6 +518,7 @@ def test_a_restarted_gateway_fails_its_previous_lifes_row_at_once(
 # -- a zombie's late result is discarded ------------------------------------------------------
 
 
+@SERIAL
 def test_a_hung_gateway_that_resumes_after_the_rescue_has_its_result_discarded(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
@@ -548,6 +551,7 @@ def test_a_hung_gateway_that_resumes_after_the_rescue_has_its_result_discarded(
     assert "gw-a" not in actors[actors.index("gw-b") :], db.handoff_history(session_id)
 
 
+@SERIAL
 def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
     pg_url: URL,
     db: SessionDB,
