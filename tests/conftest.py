@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -120,18 +122,32 @@ def throwaway_database(backend: str, *, template: str | None = None) -> Iterator
 
 
 class _MigratedTemplates:
-    """One database per server migrated to head by the real migrations, once per test process
+    """One database per backend migrated to head by the real migrations, once per test process
     (each xdist worker has its own), and copied for every test that only needs a database at
-    head: PostgreSQL copies it with ``CREATE DATABASE ... TEMPLATE`` (nothing ever stays
-    connected to it, or the copy is refused); MariaDB/MySQL, which has no templates, replays
-    its tables' own ``SHOW CREATE TABLE`` and copies the bookkeeping rows (revision, adoption
-    records). ``tests/test_migrations.py`` checks that a copy is what a migration makes. The
-    tests of the migrations themselves still migrate empty databases."""
+    head: an SQLite file is copied as a file; PostgreSQL copies with ``CREATE DATABASE ...
+    TEMPLATE`` (nothing ever stays connected to the template, or the copy is refused);
+    MariaDB/MySQL, which has no templates, replays its tables' own ``SHOW CREATE TABLE`` and
+    copies the bookkeeping rows (revision, adoption records). ``tests/test_migrations.py``
+    checks that a copy is what a migration makes. The tests of the migrations themselves
+    still migrate empty databases."""
 
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
         self._urls: dict[str, URL] = {}
         self._tables: dict[str, list[tuple[str, str, bool]]] = {}
+
+    def sqlite_copy(self, folder: Path) -> URL:
+        """A copy of the migrated SQLite file as ``folder``/state.db."""
+        if "sqlite" not in self._urls:
+            scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
+            url = sqlite_url(scratch)
+            schema.upgrade(url)
+            # Closed, so all of it is in the main file: no write-ahead log to copy along.
+            assert not Path(f"{url.database}-wal").exists()
+            self._urls["sqlite"] = url
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(str(self._urls["sqlite"].database), folder / "state.db")
+        return sqlite_url(folder)
 
     def template(self, backend: str) -> URL:
         if backend not in self._urls:
@@ -217,12 +233,9 @@ def url_arg(url: URL) -> str:
 @contextlib.contextmanager
 def database_at_head(backend: str, folder: Path) -> Iterator[URL]:
     """A database of its own at head: a new SQLite file in ``folder``, or a throwaway server
-    database."""
+    database (copies of databases the migrations made: see ``_MigratedTemplates``)."""
     if backend == "sqlite":
-        folder.mkdir(parents=True, exist_ok=True)
-        url = sqlite_url(folder)
-        schema.upgrade(url)
-        yield url
+        yield _templates.sqlite_copy(folder)
         return
     with migrated_database(backend) as url:
         yield url
@@ -268,10 +281,11 @@ def empty_tables(database: URL | Engine) -> None:
 def backend_url(
     request: pytest.FixtureRequest, tmp_path: Path, migrated_servers: dict[str, URL]
 ) -> URL:
-    """A database at head with empty tables: a fresh SQLite file, or a shared server database."""
+    """A database at head with empty tables: a fresh SQLite file (a copy of one the migrations
+    made), or a shared server database."""
     backend: str = request.param
     if backend == "sqlite":
-        return sqlite_url(tmp_path)
+        return _templates.sqlite_copy(tmp_path)
     url = migrated_servers[backend]
     empty_tables(url)
     return url
