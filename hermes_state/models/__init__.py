@@ -8,7 +8,6 @@ not import ``sqlalchemy.orm``.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from .tables import (
@@ -52,5 +51,7 @@ _ORM_CLASSES = frozenset({"Base", "HandoffEvent", "Message", "Session", "Session
 
 def __getattr__(name: str) -> Any:
     if name in _ORM_CLASSES:
-        return getattr(importlib.import_module(f"{__name__}.orm"), name)
+        from . import orm
+
+        return getattr(orm, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
