@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL
 
 from hermes_state import SessionDB, schema
 from hermes_state.cli import main
 from hermes_state.engine import resolve_url, with_driver
-from tests.digest import forget
+from tests.digest import cached_engine, forget
 from tests.stores import STORE_KINDS, LoopThread, open_kind
 
 SERVER_ENVS = {
@@ -32,6 +34,37 @@ SERVER_ENVS = {
     "mysql": "HERMES_STATE_TEST_MYSQL_URL",
 }
 BACKENDS = ["sqlite", "postgresql", "mysql"]
+
+#: Tests that must not run beside one another on the two xdist workers: the timing-sensitive
+#: ones with real processes (SIGKILLs at chosen points, leases renewed while a command runs,
+#: the real gateways killed and hung), and the headless browser. ``--dist loadgroup`` (in
+#: pyproject's addopts) runs every test of a group on one worker, one after another.
+SERIAL = pytest.mark.xdist_group("serial")
+
+
+_UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` each worker renames a grouped test NODEID@GROUP, after which
+    the scheduler keeps the group on one worker. Where xdist cannot rename it (pytest 9.2,
+    pytest-xdist issue 1386) a group would be spread over both workers without a word, so
+    each grouped test fails instead, saying why."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
+            item.stash[_UNGROUPED] = (
+                f"xdist did not keep this test in its group: pytest-xdist cannot group tests "
+                f"under pytest {pytest.__version__}; install what pyproject.toml's test extra "
+                "asks for"
+            )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _UNGROUPED in item.stash:
+        pytest.fail(item.stash[_UNGROUPED], pytrace=False)
 
 
 def server_url(backend: str) -> URL | None:
@@ -67,16 +100,18 @@ def require_server(backend: str) -> URL:
 
 
 @contextlib.contextmanager
-def throwaway_database(backend: str) -> Iterator[URL]:
+def throwaway_database(backend: str, *, template: str | None = None) -> Iterator[URL]:
     """A new, empty database on the configured server, dropped afterwards (after closing the
-    connections ``tests.digest`` keeps to it)."""
+    connections ``tests.digest`` keeps to it). On PostgreSQL, ``template`` names a database
+    to copy instead (``CREATE DATABASE ... TEMPLATE``)."""
     server = require_server(backend)
     name = f"hs_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(with_driver(server, asyncio=False), isolation_level="AUTOCOMMIT")
     url = server.set(database=name)
+    copy = f" TEMPLATE {template}" if template is not None else ""
     try:
         with admin.connect() as connection:
-            connection.execute(text(f"CREATE DATABASE {name}"))
+            connection.execute(text(f"CREATE DATABASE {name}{copy}"))
         yield url
     finally:
         forget(url)
@@ -84,6 +119,106 @@ def throwaway_database(backend: str) -> Iterator[URL]:
             force = " WITH (FORCE)" if backend == "postgresql" else ""
             connection.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
         admin.dispose()
+
+
+class _MigratedTemplates:
+    """One database per backend migrated to head by the real migrations, once per test process
+    (each xdist worker has its own), and copied for every test that only needs a database at
+    head: an SQLite file is copied as a file; PostgreSQL copies with ``CREATE DATABASE ...
+    TEMPLATE`` (nothing ever stays connected to the template, or the copy is refused);
+    MariaDB/MySQL, which has no templates, replays its tables' own ``SHOW CREATE TABLE`` and
+    copies the bookkeeping rows (revision, adoption records). ``tests/test_migrations.py``
+    checks that a copy is what a migration makes. The tests of the migrations themselves
+    still migrate empty databases."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._urls: dict[str, URL] = {}
+        self._tables: dict[str, list[tuple[str, str, bool]]] = {}
+
+    def sqlite_copy(self, folder: Path) -> URL:
+        """A copy of the migrated SQLite file as ``folder``/state.db."""
+        if "sqlite" not in self._urls:
+            scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
+            url = sqlite_url(scratch)
+            schema.upgrade(url)
+            # Closed, so all of it is in the main file: no write-ahead log to copy along.
+            assert not Path(f"{url.database}-wal").exists()
+            self._urls["sqlite"] = url
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(str(self._urls["sqlite"].database), folder / "state.db")
+        return sqlite_url(folder)
+
+    def template(self, backend: str) -> URL:
+        if backend not in self._urls:
+            url = self._stack.enter_context(throwaway_database(backend))
+            schema.upgrade(url)
+            self._urls[backend] = url
+        return self._urls[backend]
+
+    @contextlib.contextmanager
+    def copy(self, backend: str) -> Iterator[URL]:
+        template = self.template(backend)
+        if backend == "postgresql":
+            with throwaway_database(backend, template=template.database) as url:
+                yield url
+            return
+        with throwaway_database(backend) as url:
+            engine = create_engine(with_driver(url, asyncio=False), isolation_level="AUTOCOMMIT")
+            try:
+                with engine.connect() as connection:
+                    connection.execute(text("SET FOREIGN_KEY_CHECKS = 0"))  # any table order
+                    for table, create, has_rows in self._mysql_tables(connection, template):
+                        connection.execute(text(create))
+                        if has_rows:
+                            connection.execute(
+                                text(
+                                    f"INSERT INTO `{table}` SELECT * FROM "
+                                    f"`{template.database}`.`{table}`"
+                                )
+                            )
+            finally:
+                engine.dispose()
+            yield url
+
+    def _mysql_tables(self, connection: Connection, template: URL) -> list[tuple[str, str, bool]]:
+        """Each table of the template: its name, its CREATE TABLE and whether it has rows."""
+        if "mysql" not in self._tables:
+            names = connection.execute(
+                text(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = :db ORDER BY table_name"
+                ),
+                {"db": template.database},
+            ).scalars()
+            tables = []
+            for name in list(names):
+                quoted = f"`{template.database}`.`{name}`"
+                create = connection.execute(text(f"SHOW CREATE TABLE {quoted}")).one()[1]
+                rows = connection.execute(text(f"SELECT COUNT(*) FROM {quoted}")).scalar()
+                tables.append((name, create, bool(rows)))
+            self._tables["mysql"] = tables
+        return self._tables["mysql"]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+_templates = _MigratedTemplates()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_migrated_templates() -> Iterator[None]:
+    yield
+    _templates.close()
+
+
+@contextlib.contextmanager
+def migrated_database(backend: str) -> Iterator[URL]:
+    """A new database at head on the configured server, dropped afterwards: a copy of one the
+    migrations made (see ``_MigratedTemplates``)."""
+    with _templates.copy(backend) as url:
+        yield url
 
 
 def sqlite_url(folder: Path) -> URL:
@@ -98,15 +233,11 @@ def url_arg(url: URL) -> str:
 @contextlib.contextmanager
 def database_at_head(backend: str, folder: Path) -> Iterator[URL]:
     """A database of its own at head: a new SQLite file in ``folder``, or a throwaway server
-    database."""
+    database (copies of databases the migrations made: see ``_MigratedTemplates``)."""
     if backend == "sqlite":
-        folder.mkdir(parents=True, exist_ok=True)
-        url = sqlite_url(folder)
-        schema.upgrade(url)
-        yield url
+        yield _templates.sqlite_copy(folder)
         return
-    with throwaway_database(backend) as url:
-        schema.upgrade(url)
+    with migrated_database(backend) as url:
         yield url
 
 
@@ -127,8 +258,7 @@ def migrated_servers() -> Iterator[dict[str, URL]]:
 
     class Lazy(dict[str, URL]):
         def __missing__(self, backend: str) -> URL:
-            url = stack.enter_context(throwaway_database(backend))
-            schema.upgrade(url)
+            url = stack.enter_context(migrated_database(backend))
             urls[backend] = url
             self[backend] = url
             return url
@@ -139,29 +269,23 @@ def migrated_servers() -> Iterator[dict[str, URL]]:
 
 def empty_tables(database: URL | Engine) -> None:
     """Delete every row a store writes (the schema and its bookkeeping stay). ``database`` is
-    a URL, or an engine on it to reuse."""
-    engine = (
-        database
-        if isinstance(database, Engine)
-        else create_engine(with_driver(database, asyncio=False))
-    )
-    try:
-        with engine.begin() as connection:
-            for table in ("messages", "handoff_events", "session_turn_leases", "sessions"):
-                connection.execute(text(f"DELETE FROM {table}"))
-    finally:
-        if engine is not database:
-            engine.dispose()
+    a URL (its engine is the one ``tests.digest`` keeps for it, reused from test to test and
+    closed before the database is dropped), or an engine on it."""
+    engine = database if isinstance(database, Engine) else cached_engine(database)
+    with engine.begin() as connection:
+        for table in ("messages", "handoff_events", "session_turn_leases", "sessions"):
+            connection.execute(text(f"DELETE FROM {table}"))
 
 
 @pytest.fixture(params=BACKENDS)
 def backend_url(
     request: pytest.FixtureRequest, tmp_path: Path, migrated_servers: dict[str, URL]
 ) -> URL:
-    """A database at head with empty tables: a fresh SQLite file, or a shared server database."""
+    """A database at head with empty tables: a fresh SQLite file (a copy of one the migrations
+    made), or a shared server database."""
     backend: str = request.param
     if backend == "sqlite":
-        return sqlite_url(tmp_path)
+        return _templates.sqlite_copy(tmp_path)
     url = migrated_servers[backend]
     empty_tables(url)
     return url

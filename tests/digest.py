@@ -21,7 +21,14 @@ from sqlalchemy import Engine, MetaData, Table, create_engine, inspect, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import NullPool
 
-__all__ = ["database_digest", "database_snapshot", "forget", "sync_url", "table_rows"]
+__all__ = [
+    "cached_engine",
+    "database_digest",
+    "database_snapshot",
+    "forget",
+    "sync_url",
+    "table_rows",
+]
 
 Snapshot = dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]
 
@@ -55,7 +62,7 @@ _ENGINES: OrderedDict[str, Engine] = OrderedDict()
 _KEEP = 4
 
 
-def _engine(url: URL | str) -> Engine:
+def cached_engine(url: URL | str) -> Engine:
     """An engine for ``url``. Server engines are reused: a digest is taken often, and a new
     engine would pay for a connection and the dialect's first-connect queries every time (the
     least recently used are disposed, so throwaway databases can be dropped). SQLite gets a
@@ -89,7 +96,7 @@ def forget(url: URL | str) -> None:
 
 def database_snapshot(url: URL | str) -> Snapshot:
     """``{table: (column names, rows sorted by their repr)}`` for every table in the database."""
-    with _engine(url).connect() as connection:
+    with cached_engine(url).connect() as connection:
         quote = connection.dialect.identifier_preparer.quote
         snapshot: Snapshot = {}
         for name in sorted(inspect(connection).get_table_names()):
@@ -108,7 +115,7 @@ def database_digest(url: URL | str) -> str:
 
 def table_rows(url: URL | str, table: str) -> list[dict[str, Any]]:
     """Every row of ``table`` as a dict, ordered by its first column."""
-    with _engine(url).connect() as connection:
+    with cached_engine(url).connect() as connection:
         reflected = Table(table, MetaData(), autoload_with=connection)
         first = next(iter(reflected.columns))
         query = select(reflected).order_by(first)

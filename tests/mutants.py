@@ -227,8 +227,9 @@ def check_imports_the_copy(project: Path) -> None:
 def run_tests(project: Path, tests: Sequence[str]) -> tuple[bool, str]:
     """Run ``tests`` in ``project`` on SQLite alone, stopping at the first failure: whether
     they passed, and pytest's last line."""
+    # In this process (-n 0): -x then stops at the first failure, with no other worker going on.
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests],
         cwd=project,
         env=sqlite_only_env(),
         capture_output=True,

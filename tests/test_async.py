@@ -31,10 +31,9 @@ from hermes_state import (
     HermesStateError,
     NativeAsyncSessionDB,
     SessionDB,
-    schema,
 )
 from hermes_state.models import sessions
-from tests.conftest import BACKENDS, sqlite_url, throwaway_database
+from tests.conftest import BACKENDS, migrated_database, sqlite_url
 from tests.digest import database_snapshot
 
 # -- the surface ---------------------------------------------------------------------------------
@@ -239,10 +238,7 @@ def fresh_databases(backend: str, tmp_path: Path, count: int) -> Iterator[list[U
         yield urls
         return
     with contextlib.ExitStack() as stack:
-        urls = [stack.enter_context(throwaway_database(backend)) for _ in range(count)]
-        for url in urls:
-            schema.upgrade(url)
-        yield urls
+        yield [stack.enter_context(migrated_database(backend)) for _ in range(count)]
 
 
 def _content_tables(url: URL) -> dict[str, Any]:

@@ -612,11 +612,15 @@ def test_a_deadlock_victim_is_run_again(
 
 
 def lock_waits(engine: Engine, backend: str) -> int:
-    """How many transactions on the server wait for a row lock right now."""
+    """How many sessions on the engine's database wait for a lock right now (only this
+    database's: other tests, on the other xdist worker or elsewhere, wait on theirs)."""
     query = (
-        "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
         if backend == "postgresql"
-        else "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+        else "SELECT count(*) FROM information_schema.innodb_trx AS t "
+        "JOIN information_schema.processlist AS p ON p.id = t.trx_mysql_thread_id "
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
     )
     with engine.connect() as connection:
         return int(connection.execute(text(query)).scalar_one())

@@ -42,10 +42,12 @@ from sqlalchemy.engine import URL
 from hermes_state import SessionDB, drift, schema
 from hermes_state.engine import resolve_url
 from hermes_state.plans import STRANDED_ERROR
-from tests.conftest import url_arg
+from tests.conftest import SERIAL, url_arg
 from tests.digest import database_snapshot
 from tests.legacy import build_legacy_db, row_digest, schema_entries, table_columns
 from tests.processes import DEADLINE, cli_argv, wait_until
+
+pytestmark = SERIAL  # kills at chosen points of a real process: never beside another such test
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = "crash-gateway"
@@ -359,15 +361,34 @@ def upgrade_and_kill(path: Path, held_probes: int, log: Path) -> str:
             upgrade.wait()
 
 
+#: What a migration itself writes: the revision, and its adoption records (a file hermes-state
+#: made at an older revision has some; each later migration adds its own).
+BOOKKEEPING = (schema.VERSION_TABLE, schema.ADOPTION_TABLE)
+
+
 def old_rows(path: Path, original: Original) -> dict[str, tuple[int, str]]:
-    """The digest of the rows and columns the file had before, bar the revision it records."""
+    """The digest of the rows and columns the file had before, bar the bookkeeping tables;
+    the adoption records it had must all still be there."""
+    assert adoption_records(original.path) <= adoption_records(path)
     digest = row_digest(path, original.columns)
-    digest.pop(schema.VERSION_TABLE, None)
+    for table in BOOKKEEPING:
+        digest.pop(table, None)
     return digest
 
 
 def original_rows(original: Original) -> dict[str, tuple[int, str]]:
-    return {t: d for t, d in original.rows.items() if t != schema.VERSION_TABLE}
+    return {t: d for t, d in original.rows.items() if t not in BOOKKEEPING}
+
+
+def adoption_records(path: Path) -> set[tuple[Any, ...]]:
+    """Every row of the adoption table (none in a file without one)."""
+    connection = sqlite3.connect(path)
+    try:
+        return set(connection.execute(f"SELECT * FROM {schema.ADOPTION_TABLE}"))
+    except sqlite3.OperationalError:  # no such table: an upstream file
+        return set()
+    finally:
+        connection.close()
 
 
 def assert_old_or_head(path: Path, original: Original) -> str | None:

@@ -13,7 +13,7 @@ import json
 import socket
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
@@ -538,18 +538,38 @@ def scrape(port: int) -> dict[str, float]:
     return samples
 
 
+def serving_or_gone(watcher: Watcher, port: int) -> Callable[[], bool]:
+    serving = f"metrics on http://127.0.0.1:{port}/metrics"
+    return lambda: serving in watcher.log or watcher.process.poll() is not None
+
+
+def watch_with_metrics(argv: list[str]) -> tuple[Watcher, int]:
+    """The watcher serving its metrics on a free port, and the port. A port found free can be
+    bound by another process before the watcher binds it (the other xdist worker's servers
+    ask for free ports too), so a watcher that says so is started again on another port, a
+    few times at most. (Waiting for the line "metrics on" alone would also have matched the
+    error "cannot serve metrics on ...".)"""
+    for _ in range(5):
+        port = free_port()
+        env = {**__import__("os").environ, "HERMES_STATE_WATCH_METRICS_PORT": str(port)}
+        watcher = Watcher(argv, env)
+        wait_until(serving_or_gone(watcher, port), "the watcher to serve its metrics or exit")
+        if watcher.process.poll() is None:
+            return watcher, port
+        watcher.kill()
+        assert f"cannot serve metrics on 127.0.0.1:{port}" in watcher.log, watcher.log
+    pytest.fail("five free ports in a row were taken before the watcher could bind them")
+
+
 def test_watch_exposes_its_counters_and_histograms(tmp_path: Path) -> None:
     database = tmp_path / "state.db"
     with SessionDB(database) as store:
         put(store, "ok", "pending")
         put(store, "bad", "pending")
-    port = free_port()
     command = 'test "$HERMES_SESSION_ID" = ok'
     argv = cli_argv(database, "watch", "--exec", command, "--interval", "0.05")
-    env = {**__import__("os").environ, "HERMES_STATE_WATCH_METRICS_PORT": str(port)}
-    watcher = Watcher(argv, env)
+    watcher, port = watch_with_metrics(argv)
     try:
-        watcher.wait_for_line("metrics on")
 
         def delivered() -> bool:
             samples = scrape(port)

@@ -20,8 +20,11 @@ import pytest
 from hermes_state import SessionDB
 from hermes_state.dashboard.app import session_path
 
+from .conftest import SERIAL
 from .processes import DashboardProcess, run_cli
 from .stores import HandClock, put
+
+pytestmark = SERIAL  # one headless Chromium at a time, waiting on live updates
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

@@ -38,10 +38,9 @@ from hermes_state import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
     SessionDB,
-    schema,
 )
 from hermes_state.errors import is_retryable, translate
-from tests.conftest import empty_tables, require_server, throwaway_database
+from tests.conftest import empty_tables, migrated_database, require_server
 from tests.digest import sync_url
 from tests.processes import wait_until
 from tests.test_faults import ConnectionHook, page_count, unshare_works
@@ -296,8 +295,7 @@ def test_a_postgresql_deadlock_victim_keeps_40p01(pg_url: URL) -> None:
 
 
 def test_a_read_only_postgresql_database_keeps_25006(tmp_path: Path) -> None:
-    with throwaway_database("postgresql") as url:
-        schema.upgrade(url)
+    with migrated_database("postgresql") as url:
         with connection_of(url) as admin:
             admin.execute(
                 text(f"ALTER DATABASE {url.database} SET default_transaction_read_only = on")

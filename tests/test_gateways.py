@@ -30,13 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 import gateway.run as run
-from hermes_state import AsyncSessionDB, SessionDB, schema
+from hermes_state import AsyncSessionDB, SessionDB
+from hermes_state.models import session_turn_leases
 from hermes_state.plans import STRANDED_ERROR
 
-from .conftest import throwaway_database
+from .conftest import SERIAL, migrated_database
 from .processes import CLI, Watcher, cli_argv, eventually, kill_group, read_pid, wait_until
 from .stores import HandClock, handoff_row, make_pending
 
@@ -211,8 +213,20 @@ def measured_lease() -> float:
     return max(1.5, 3 * (time.monotonic() - started))
 
 
+# ``python -m hermes_state.cli`` with the watcher's turn lease set first (argv[1], in seconds).
+WITH_TURN_LEASE = (
+    "import sys, gateway.run; gateway.run.TURN_LEASE_SECONDS = float(sys.argv.pop(1)); "
+    "from hermes_state.cli import main; sys.exit(main())"
+)
+
+
 class Gateway(Watcher):
-    """A `hermes-state watch` process leading its own process group; killed with the group."""
+    """A `hermes-state watch` process leading its own process group; killed with the group.
+
+    ``turn_lease`` shortens the watcher's turn lease on each conversation it delivers (60 s
+    otherwise, whatever the claim's lease): a killed gateway's turn lease outlives it until it
+    runs out, and until then no gateway may deliver a new request of that conversation.
+    """
 
     def __init__(
         self,
@@ -222,6 +236,7 @@ class Gateway(Watcher):
         env: dict[str, str],
         max_concurrency: int = 3,
         lease: float | None = None,
+        turn_lease: float | None = None,
     ) -> None:
         self.owner = owner
         argv = cli_argv(
@@ -238,13 +253,15 @@ class Gateway(Watcher):
             "--exec",
             command,
         )
+        if turn_lease is not None:
+            assert argv[1:3] == ["-m", "hermes_state.cli"], argv
+            argv[1:3] = ["-c", WITH_TURN_LEASE, str(turn_lease)]
         super().__init__(argv, env, name=owner, own_group=True, deadline=DEADLINE)
 
 
 @pytest.fixture
 def pg_url() -> Iterator[URL]:
-    with throwaway_database("postgresql") as url:
-        schema.upgrade(url)
+    with migrated_database("postgresql") as url:
         yield url
 
 
@@ -284,9 +301,13 @@ def gateways(pg_url: URL, run_dir: Path) -> Iterator[Callable[..., Gateway]]:
     env = {**os.environ, "RUN_DIR": str(run_dir)}
 
     def start(
-        owner: str, command: str, max_concurrency: int = 3, lease: float | None = None
+        owner: str,
+        command: str,
+        max_concurrency: int = 3,
+        lease: float | None = None,
+        turn_lease: float | None = None,
     ) -> Gateway:
-        gateway = Gateway(pg_url, owner, command, env, max_concurrency, lease)
+        gateway = Gateway(pg_url, owner, command, env, max_concurrency, lease, turn_lease)
         started.append(gateway)
         return gateway
 
@@ -311,6 +332,14 @@ def running_under(db: SessionDB, session_id: str, owner: str) -> Callable[[], bo
         return row["state"] == "running" and row["owner"] == owner
 
     return check
+
+
+def turn_lease_row(db: SessionDB, conversation_id: str) -> dict[str, Any]:
+    """The turn lease held on a conversation: holder, acquired_at and expires_at."""
+    query = select(session_turn_leases).where(
+        session_turn_leases.c.conversation_id == conversation_id
+    )
+    return db._execute_write(lambda conn: dict(conn.execute(query).mappings().one()))
 
 
 def state_is(db: SessionDB, session_id: str, state: str) -> Callable[[], bool]:
@@ -338,6 +367,7 @@ def report(capsys: pytest.CaptureFixture[str], text: str) -> None:
 # -- a live gateway's delivery is left alone ---------------------------------------------------
 
 
+@SERIAL
 def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
@@ -394,6 +424,7 @@ def test_a_second_gateway_leaves_a_live_delivery_alone_well_past_the_lease(
 # -- a killed gateway's delivery is rescued by the other one -----------------------------------
 
 
+@SERIAL
 def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
     db: SessionDB,
     gateways: Callable[..., Gateway],
@@ -403,9 +434,14 @@ def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
 ) -> None:
     session_id = "killed-mid-delivery"
     make_pending(db, session_id)
-    gw_a = gateways("gw-a", WAITING, max_concurrency=1)
+    # gw-a's turn lease on the conversation is as long as its claim's lease (both renewed every
+    # third), so the re-request at the end waits seconds for it to run out, not a minute.
+    gw_a = gateways("gw-a", WAITING, max_concurrency=1, turn_lease=measured_lease())
     wait_until(running_under(db, session_id, "gw-a"), "gw-a to claim the row", deadline=DEADLINE)
     command = delivery_pid(run_dir, session_id)
+    turn = turn_lease_row(db, session_id)
+    assert turn["holder"].endswith(":gw-a"), turn
+    assert turn["expires_at"] <= time.time() + measured_lease(), turn  # the short turn lease
     gw_b = gateways("gw-b", INSTANT)
     prove_serving(db, gw_b, "b-probe")
 
@@ -440,13 +476,16 @@ def test_the_row_of_a_killed_gateway_is_failed_by_the_survivor(
     gw_b.wait_for_line(f"reclaimed {session_id}")
     gw_b.assert_alive()
 
-    # Failed, never re-queued: the user runs /handoff again and a gateway delivers it.
+    # Failed, never re-queued: the user runs /handoff again and a gateway delivers it (once
+    # the dead gateway's turn lease on the conversation has run out).
     assert db.request_handoff(session_id, "telegram") is True
     wait_until(
         state_is(db, session_id, "completed"), "gw-b to deliver the new request", deadline=DEADLINE
     )
+    assert db.handoff_history(session_id)[-1]["actor"] == "gw-b"
 
 
+@SERIAL
 def test_a_restarted_gateway_fails_its_previous_lifes_row_at_once(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
@@ -483,6 +522,7 @@ def test_a_restarted_gateway_fails_its_previous_lifes_row_at_once(
 # -- a zombie's late result is discarded ------------------------------------------------------
 
 
+@SERIAL
 def test_a_hung_gateway_that_resumes_after_the_rescue_has_its_result_discarded(
     db: SessionDB, gateways: Callable[..., Gateway], run_dir: Path
 ) -> None:
@@ -515,6 +555,7 @@ def test_a_hung_gateway_that_resumes_after_the_rescue_has_its_result_discarded(
     assert "gw-a" not in actors[actors.index("gw-b") :], db.handoff_history(session_id)
 
 
+@SERIAL
 def test_a_zombie_store_cannot_finish_rows_another_gateway_rescued(
     pg_url: URL,
     db: SessionDB,

@@ -59,3 +59,28 @@ def test_opening_a_file_behind_head_does_load_alembic(tmp_path: Path) -> None:
     loaded = loaded_after(f"from hermes_state import SessionDB\nSessionDB({str(path)!r}).close()")
     assert "alembic" in loaded
     assert schema.revision_of(resolve_url(path)) == schema.HEAD_REVISION
+
+
+def test_a_store_and_a_command_work_without_the_orm(tmp_path: Path) -> None:
+    """The stores and the command line use the tables: ``sqlalchemy.orm`` (a quarter of a
+    command's start-up) loads only for the ORM classes, which still come from ``models``."""
+    path = tmp_path / "state.db"
+    SessionDB(path).close()
+    loaded = loaded_after(
+        f"import contextlib, io\n"
+        f"from hermes_state import SessionDB\n"
+        f"from hermes_state.cli import main\n"
+        f"with SessionDB({str(path)!r}) as db:\n"
+        f"    db.create_session('s1', 'cli')\n"
+        f"with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        f"    assert main(['--url', {str(path)!r}, 'session', 'list', '--json']) == 0\n"
+        f"assert 's1' in out.getvalue()"
+    )
+    assert {"hermes_state.store", "hermes_state.cli", "hermes_state.models.tables"} <= loaded
+    assert "sqlalchemy.orm" not in loaded
+    assert "hermes_state.models.orm" not in loaded
+
+    loaded = loaded_after(
+        "from hermes_state.models import Session, sessions\nassert Session.__table__ is sessions"
+    )
+    assert {"sqlalchemy.orm", "hermes_state.models.orm"} <= loaded

@@ -30,6 +30,7 @@ from sqlalchemy.engine import URL
 from hermes_state import SessionDB, drift, schema
 from hermes_state.drift import context_options
 from hermes_state.models import metadata
+from tests.conftest import database_at_head
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BOOKKEEPING = {schema.VERSION_TABLE, schema.ADOPTION_TABLE}
@@ -334,3 +335,49 @@ def test_alembic_command_line_from_the_repository_root(empty_database: URL, tmp_
     assert current(empty_database) == schema.HEAD_REVISION
     assert drift.check(empty_database) == []
     assert not (tmp_path / "elsewhere" / "state.db").exists()
+
+
+# -- the test fixtures' copies of a migrated database ------------------------------------------
+
+
+def definitions(url: URL) -> list[str]:
+    """Every table's, index's and constraint's definition as the server itself writes it."""
+    with schema.migration_connection(url, read_only=True) as connection:
+        if url.get_backend_name() == "sqlite":
+            return list(
+                connection.execute(text("SELECT type, name, sql FROM sqlite_master ORDER BY 2"))
+            )
+        if url.get_backend_name() == "mysql":
+            tables = sorted(inspect(connection).get_table_names())
+            return [connection.execute(text(f"SHOW CREATE TABLE `{t}`")).one()[1] for t in tables]
+        indexes = connection.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY indexdef")
+        ).scalars()
+        constraints = connection.execute(
+            text(
+                "SELECT conrelid::regclass::text || ' ' || conname || ' ' || "
+                "pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE connamespace = 'public'::regnamespace ORDER BY 1"
+            )
+        ).scalars()
+        return [*indexes, *constraints]
+
+
+def test_a_fixture_copy_of_a_migrated_database_is_what_the_migrations_make(
+    empty_database: URL, tmp_path: Path
+) -> None:
+    """``backend_url``, ``database_at_head`` and the shared server databases are copies of one
+    database the migrations made (a file, a template, or its tables' DDL replayed): a copy
+    has the same tables, columns, indexes, keys, constraints and bookkeeping rows as a
+    database migrated now."""
+    backend = empty_database.get_backend_name()
+    migrated = empty_database
+    schema.upgrade(migrated)
+    with database_at_head(backend, tmp_path / "copy") as copy:
+        assert copy != migrated
+        assert schema.revision_of(copy) == schema.HEAD_REVISION
+        assert drift.check(copy) == []
+        assert schema_snapshot(copy) == schema_snapshot(migrated)
+        assert all_rows(copy) == all_rows(migrated)
+        assert definitions(copy) == definitions(migrated)
+        assert definitions(copy)  # the comparison is not of two empty lists

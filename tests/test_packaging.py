@@ -22,6 +22,9 @@ import pytest
 from hermes_state import schema
 from tests.mutants import IGNORE as COPY_IGNORE  # one list of what a copy of the project leaves out
 
+# One worker builds the wheel and installs it (module fixtures) for every test here.
+pytestmark = pytest.mark.xdist_group("packaging")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WHEELHOUSE_ENV = "HERMES_STATE_TEST_WHEELHOUSE"
 

@@ -24,12 +24,15 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import Pool
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from hermes_state import SessionDB, schema, statements
+from hermes_state import SessionDB, statements
 from hermes_state.engine import make_engine, resolve_url
 from hermes_state.models import HandoffState
-from tests.conftest import throwaway_database
+from tests.conftest import migrated_database
 from tests.legacy import build_legacy_db
 from tests.wire import driver_wire
+
+# One worker fills the module's large server databases once for every test here.
+pytestmark = pytest.mark.xdist_group("query-plans")
 
 PENDING_INDEX = "idx_sessions_handoff_pending"
 RUNNING_INDEX = "ix_sessions_handoff_running"
@@ -359,8 +362,7 @@ def _state(number: int) -> str | None:
 def pg_many() -> Iterator[URL]:
     """~20,000 sessions of which a handful are pending or running, analysed (shared by the
     module: only the reclaim changes anything, and only running rows)."""
-    with throwaway_database("postgresql") as url:
-        schema.upgrade(url)
+    with migrated_database("postgresql") as url:
         engine = make_engine(url)
         try:
             with engine.begin() as connection:
@@ -384,8 +386,7 @@ def pg_many() -> Iterator[URL]:
 
 @pytest.fixture(scope="module")
 def mysql_many() -> Iterator[URL]:
-    with throwaway_database("mysql") as url:
-        schema.upgrade(url)
+    with migrated_database("mysql") as url:
         engine = make_engine(url)
         try:
             rows = [

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from hermes_state import SessionDB
+from tests.conftest import SERIAL
 from tests.processes import (
     Watcher,
     cli_argv,
@@ -27,6 +28,8 @@ from tests.processes import (
     run_cli,
     wait_until,
 )
+
+pytestmark = SERIAL  # real watchers killed and drained mid-delivery
 
 SESSION = "crash-me"
 

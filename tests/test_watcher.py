@@ -224,12 +224,19 @@ async def test_serve_runs_the_watcher_then_closes_the_store_it_was_given(db: Ses
 async def test_no_row_is_dispatched_twice_across_many_ticks_and_two_gateways(
     max_concurrency: int | None, db: SessionDB
 ) -> None:
-    """Two gateways on one database, tick after tick, while their deliveries are held open."""
+    """Two gateways on one database, tick after tick, while their deliveries are held open.
+
+    The rows are requested once both gateways are past their startup: an ownerless gateway's
+    startup reclaim fails every running row, the other gateway's fresh claims included.
+    """
     session_ids = [f"s{i:02d}" for i in range(30)]
-    make_pending(db, *session_ids)
+    for session_id in session_ids:
+        db.create_session(session_id, "cli")
     dispatched: Counter[str] = Counter()
     gate = asyncio.Event()
+    both_started = asyncio.Event()
     both_ticked_a_lot = asyncio.Event()
+    requested_at: list[int] = []
 
     async def handler(row: dict[str, Any], profile_name: str | None) -> None:
         dispatched[row["id"]] += 1
@@ -248,7 +255,10 @@ async def test_no_row_is_dispatched_twice_across_many_ticks_and_two_gateways(
     ]
 
     def note_tick(_n: int) -> None:
-        if all(isinstance(r._running, Ticks) and r._running.reads >= 25 for r in runners):
+        ticks = [r._running.reads if isinstance(r._running, Ticks) else 0 for r in runners]
+        if min(ticks) >= 1:
+            both_started.set()
+        if requested_at and all(t >= r + 25 for t, r in zip(ticks, requested_at, strict=True)):
             both_ticked_a_lot.set()
 
     for runner in runners:
@@ -258,6 +268,10 @@ async def test_no_row_is_dispatched_twice_across_many_ticks_and_two_gateways(
         for runner in runners
     ]
     try:
+        await within(both_started.wait(), "both gateways to start")
+        for session_id in session_ids:
+            assert await asyncio.to_thread(db.request_handoff, session_id, "telegram") is True
+        requested_at.extend(r._running.reads for r in runners)
         await within(both_ticked_a_lot.wait(), "both gateways to tick many times")
         # Every slot is taken by a held delivery; the rest stay pending for later.
         held = len(session_ids) if max_concurrency is None else 2 * max_concurrency

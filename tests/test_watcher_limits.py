@@ -23,11 +23,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
 from gateway.run import GatewayRunner, default_owner
-from hermes_state import SessionDB, schema
+from hermes_state import SessionDB
 from hermes_state.cli import main
 from hermes_state.plans import ClaimBatch
 
-from .conftest import empty_tables, throwaway_database
+from .conftest import empty_tables, migrated_database
 from .digest import sync_url
 from .processes import DEADLINE, eventually, run_cli
 from .stores import make_pending
@@ -286,8 +286,7 @@ def listeners(url: URL) -> int:
 
 @pytest.mark.asyncio
 async def test_a_request_from_another_process_wakes_a_postgresql_watcher() -> None:
-    with throwaway_database("postgresql") as url:
-        schema.upgrade(url)
+    with migrated_database("postgresql") as url:
         store = CountingStore(url=url)
         delivered: list[str] = []
 

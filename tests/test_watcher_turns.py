@@ -477,7 +477,7 @@ async def test_close_closes_the_profile_stores_the_runner_opened(
     home = tmp_path / "profile"
     with SessionDB(home / "state.db") as store:
         make_pending(store, "p-row")
-    runner = GatewayRunner(tmp_path / "root.db", delivered, profiles=[("p", home)])
+    runner = GatewayRunner(tmp_path / "root.db", delivered, profiles=[("p", home)], interval=0.01)
     await within(runner.run(ticks=2))
     profile_stores = [db for db in opened if db.where.endswith(str(home / "state.db"))]
     assert len(profile_stores) == 1, "one store per profile, reused across ticks"
