@@ -36,8 +36,10 @@ from sqlalchemy.engine import URL
 from hermes_state import SessionDB
 from hermes_state.engine import with_driver
 from hermes_state.plans import STRANDED_ERROR
-from tests.conftest import BACKENDS, database_at_head
+from tests.conftest import BACKENDS, SERIAL, database_at_head
 from tests.processes import DEADLINE, Watcher, cli_argv, wait_until
+
+pytestmark = SERIAL  # real watchers killed and drained mid-delivery, as in test_watch_crash
 
 HANDLER = """\
 import os, time
@@ -187,7 +189,8 @@ def holding_row(url: URL, session_id: str) -> Iterator[None]:
 
 
 def a_write_waits_on_a_lock(url: URL) -> bool:
-    """Whether some connection is waiting for a row lock (servers; SQLite cannot tell)."""
+    """Whether a connection to this database is waiting for a row lock (servers; SQLite cannot
+    tell)."""
     engine = create_engine(with_driver(url, asyncio=False))
     try:
         with engine.connect() as connection:
@@ -197,9 +200,12 @@ def a_write_waits_on_a_lock(url: URL) -> bool:
                     "WHERE wait_event_type = 'Lock' AND datname = current_database()"
                 )
             else:
+                # Only this database's waits: another test's, on the other xdist worker or
+                # in another run on the same server, must not answer for this one.
                 sql = (
-                    "SELECT count(*) FROM information_schema.innodb_trx "
-                    "WHERE trx_state = 'LOCK WAIT'"
+                    "SELECT count(*) FROM information_schema.innodb_trx AS t "
+                    "JOIN information_schema.processlist AS p ON p.id = t.trx_mysql_thread_id "
+                    "WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
                 )
             return bool(connection.execute(text(sql)).scalar_one())
     finally:
