@@ -545,11 +545,10 @@ class RaceMachine(Model):
     def skips_refused_rows(self) -> bool:
         return self.url.get_backend_name() == "mysql"
 
-    def draw_op(self, data: st.DataObject, session_id: str) -> Op:
+    def draw_op(self, data: st.DataObject, session_id: str, gateway: Gateway) -> Op:
         kind = data.draw(
             st.sampled_from(["request", "claim", "complete", "fail", "reclaim"]), label="op"
         )
-        gateway = data.draw(st.sampled_from(GATEWAYS), label="gateway")
         db = self.db(gateway)
         if kind == "request":
             platform = data.draw(st.sampled_from(PLATFORMS), label="platform")
@@ -590,7 +589,12 @@ class RaceMachine(Model):
 
     @rule(data=st.data(), session_id=st.sampled_from(INITIAL), count=st.integers(2, 3))
     def race(self, data: st.DataObject, session_id: str, count: int) -> None:
-        ops = [self.draw_op(data, session_id) for _ in range(count)]
+        # Distinct stores: a store racing itself on one row (its claim and its own finish at
+        # once) fences the finish on what its ledger held when the finish was asked for, which
+        # the claim may change before the finish runs; a refused finish there is safe but is
+        # no order of the model, and no gateway does it (it finishes what it has claimed).
+        racers = data.draw(st.permutations(GATEWAYS), label="gateways")[:count]
+        ops = [self.draw_op(data, session_id, gateway) for gateway in racers]
         try:
             self.explain(ops, run_together([op.call for op in ops]))
         except BaseException:
