@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
@@ -13,7 +14,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
@@ -21,6 +22,8 @@ from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 if TYPE_CHECKING:
+    import ssl
+
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .errors import DatabaseBusyError, InvalidInputError, InvalidInputTypeError
@@ -270,9 +273,47 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True, read_only: bool 
             pool_reset_on_return=None,
             execution_options=_EXECUTION_OPTIONS,
         )
+    if url.get_driver_name() == _PYMYSQL_MODULE:
+        event.listen(engine, "do_connect", _connect_with_one_tls_context)
     event.listen(engine, "checkout", _refuse_connections_the_server_closed)
     _reset_only_what_is_open(engine)
     return engine
+
+
+def _connect_with_one_tls_context(
+    dialect: Any, _record: ConnectionPoolEntry, cargs: Any, cparams: dict[str, Any]
+) -> Any:
+    """Open a PyMySQL connection whose "preferred" TLS context is built once per process.
+
+    Given no TLS options, PyMySQL (1.2) prefers TLS: it offers it and falls back to plain
+    text where the server has none. For that it builds a default context on every
+    connection, loading the system's CA bundle (about 25 ms of CPU here), although that
+    context verifies nothing (no CA given: no certificate or host check). Every connection of
+    a process can share one such context; explicit TLS options are PyMySQL's own as before.
+    Other drivers (aiomysql's dialect derives from PyMySQL's) connect as they always do.
+    """
+    if dialect.driver != _PYMYSQL_MODULE:
+        return None
+    return _shared_tls_connection_class()(*cargs, **cparams)
+
+
+@functools.cache
+def _shared_tls_connection_class() -> type[Any]:
+    from pymysql.connections import Connection  # type: ignore[import-untyped]
+
+    class SharedTlsConnection(Connection):  # type: ignore[misc]
+        preferred: ClassVar[ssl.SSLContext | None] = None
+
+        def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+            if not (isinstance(sslp, dict) and not sslp):  # options given: PyMySQL's own
+                return super()._create_ssl_ctx(sslp)  # type: ignore[no-any-return]
+            # The "preferred" mode's context, configured once: safe to share between
+            # connections and threads (two threads racing here build two; both are fine).
+            if SharedTlsConnection.preferred is None:
+                SharedTlsConnection.preferred = super()._create_ssl_ctx(sslp)
+            return SharedTlsConnection.preferred
+
+    return SharedTlsConnection
 
 
 #: The extra that installs each server's drivers.
@@ -304,7 +345,7 @@ def server_closed(dbapi_connection: Any) -> bool:
     sends its last message and closes the socket. So a socket with input waiting (or already
     closed) is a dead connection.
     """
-    if _PYMYSQL_MODULE in type(dbapi_connection).__module__:
+    if any(kind.__module__.startswith(_PYMYSQL_MODULE) for kind in type(dbapi_connection).__mro__):
         sock = getattr(dbapi_connection, "_sock", None)  # PyMySQL keeps no public handle
         return sock is None or _has_input(sock.fileno())
     return bool(dbapi_connection.closed) or _has_input(dbapi_connection.fileno())

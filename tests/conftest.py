@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL
 
 from hermes_state import SessionDB, schema
+from hermes_state import engine as store_engines
 from hermes_state.cli import main
 from hermes_state.engine import resolve_url, with_driver
 from tests.digest import cached_engine, forget
@@ -34,6 +35,14 @@ SERVER_ENVS = {
     "mysql": "HERMES_STATE_TEST_MYSQL_URL",
 }
 BACKENDS = ["sqlite", "postgresql", "mysql"]
+
+# The engines the tests make themselves (admin connections, digests, rivals) connect to
+# MariaDB as the store's engines do: one "preferred TLS" context per process, not one per
+# connection (see hermes_state.engine; PyMySQL loads the CA bundle for each otherwise).
+with contextlib.suppress(ImportError):
+    from sqlalchemy.dialects.mysql.pymysql import MySQLDialect_pymysql
+
+    event.listen(MySQLDialect_pymysql, "do_connect", store_engines._connect_with_one_tls_context)
 
 #: Tests that must not run beside one another on the two xdist workers: the timing-sensitive
 #: ones with real processes (SIGKILLs at chosen points, leases renewed while a command runs,

@@ -574,3 +574,32 @@ def test_the_cli_says_which_extra_a_missing_driver_needs(
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert "pip install 'hermes-state[postgres]'" in error
+
+
+def test_pymysql_connections_share_one_preferred_tls_context() -> None:
+    """PyMySQL builds a "preferred TLS" context (CA bundle loaded, nothing verified) for every
+    connection; the store's engine builds it once per process, and URL options still win."""
+    from tests.conftest import require_server
+
+    server = require_server("mysql")
+    engine = make_engine(server)
+    try:
+        first, second = engine.raw_connection(), engine.raw_connection()
+        try:
+            contexts = [c.dbapi_connection.ctx for c in (first, second)]  # type: ignore[union-attr]
+            assert contexts[0] is contexts[1]
+            # What PyMySQL's preferred mode configures: no certificate or host check.
+            assert contexts[0].verify_mode.name == "CERT_NONE"
+            assert contexts[0].check_hostname is False
+        finally:
+            first.close()
+            second.close()
+    finally:
+        engine.dispose()
+    plain = make_engine(server.update_query_dict({"ssl_disabled": "true"}))
+    try:
+        connection = plain.raw_connection()
+        assert connection.dbapi_connection.ssl is False  # type: ignore[union-attr]
+        connection.close()
+    finally:
+        plain.dispose()
