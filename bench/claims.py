@@ -80,7 +80,7 @@ def run(quick: bool) -> list[Result]:
     if server is None:
         fixtures.skipping("claims on PostgreSQL")
         return results
-    with fixtures.pg_database(server) as url:
+    with fixtures.server_database(server) as url:
         fixtures.pg_load_sessions(url, IDLE_SESSIONS)
         results.extend(_measure("postgresql", url, settings))
     return results

@@ -125,7 +125,7 @@ def run(quick: bool) -> list[Result]:
 
     @contextlib.contextmanager
     def pg_target(_size: int) -> Iterator[URL]:
-        with fixtures.pg_database(server) as url:
+        with fixtures.server_database(server) as url:
             yield url
 
     results.extend(_measure("postgresql", sources, pg_target, settings.timeout))

@@ -242,7 +242,7 @@ def _worker(system: str, url: URL) -> list[str]:
 
 
 def _drain_hermes(server: URL, units: int) -> Drained:
-    with fixtures.pg_database(server) as url:
+    with fixtures.server_database(server) as url:
         _seed_handoffs(url, units)
         command = [
             *(sys.executable, "-m", "hermes_state.cli", "--url", url.render_as_string(False)),
@@ -307,7 +307,7 @@ def _procrastinate_app(url: URL) -> Any:
 
 
 def _drain_procrastinate(server: URL, units: int) -> Drained:
-    with fixtures.pg_database(server, at_head=False) as url:
+    with fixtures.server_database(server, at_head=False) as url:
         app = _procrastinate_app(url)
         with app.open():
             app.schema_manager.apply_schema()
@@ -345,7 +345,7 @@ async def _pgqueuer_connect(url: URL) -> Any:
 
 
 def _drain_pgqueuer(server: URL, units: int) -> Drained:
-    with fixtures.pg_database(server, at_head=False) as url:
+    with fixtures.server_database(server, at_head=False) as url:
         asyncio.run(_seed_pgqueuer(url, units))
         finished = _counter(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
         transactions, cpu = _drain(_worker("pgqueuer", url), url, finished, units, PGQUEUER)

@@ -36,17 +36,19 @@ from .common import BenchmarkError
 
 __all__ = [
     "COMPLETED_EVERY",
+    "MYSQL_URL_ENVS",
     "PG_URL_ENVS",
     "PLATFORM",
     "PROJECT_ROOT",
     "child_environment",
     "cleanup",
     "copy_sqlite",
+    "mysql_server",
     "pg_conninfo",
-    "pg_database",
     "pg_load_sessions",
     "pg_server",
     "scratch",
+    "server_database",
     "session_id",
     "session_ids",
     "skipping",
@@ -201,13 +203,15 @@ def skipping(what: str, envs: tuple[str, ...] = PG_URL_ENVS) -> None:
 
 
 @contextlib.contextmanager
-def pg_database(server: URL, *, at_head: bool = True) -> Iterator[URL]:
-    """A new database on ``server`` (at the head revision unless ``at_head`` is False: then
-    empty, for other systems' schemas), dropped (forcibly) afterwards."""
+def server_database(server: URL, *, at_head: bool = True) -> Iterator[URL]:
+    """A new database on the PostgreSQL or MariaDB/MySQL ``server`` (at the head revision
+    unless ``at_head`` is False: then empty, for other systems' schemas), dropped afterwards
+    (on PostgreSQL forcibly, whoever is still connected)."""
     from hermes_state import schema
 
     name = f"hs_bench_{uuid.uuid4().hex[:12]}"
     admin = create_engine(with_driver(server, asyncio=False), isolation_level="AUTOCOMMIT")
+    force = " WITH (FORCE)" if server.get_backend_name() == "postgresql" else ""
     try:
         with admin.connect() as connection:
             connection.execute(text(f"CREATE DATABASE {name}"))
@@ -217,26 +221,7 @@ def pg_database(server: URL, *, at_head: bool = True) -> Iterator[URL]:
         yield url
     finally:
         with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
-
-
-@contextlib.contextmanager
-def mysql_database(server: URL) -> Iterator[URL]:
-    """A new database on the MariaDB/MySQL ``server``, at the head revision, dropped afterwards."""
-    from hermes_state import schema
-
-    name = f"hs_bench_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(with_driver(server, asyncio=False), isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f"CREATE DATABASE {name}"))
-        url = server.set(database=name)
-        schema.upgrade(url)
-        yield url
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
         admin.dispose()
 
 

@@ -291,7 +291,7 @@ def _pg_plan(connection: Any, sql: str) -> str:
 
 @contextlib.contextmanager
 def _pg_filled(server: URL, size: int) -> Iterator[URL]:
-    with fixtures.pg_database(server) as url:
+    with fixtures.server_database(server) as url:
         _pg_fill(url, size)
         yield url
 

@@ -178,7 +178,7 @@ def run(quick: bool) -> list[Result]:
     if server is None:
         fixtures.skipping(f"{NAME} (PostgreSQL)")
     else:
-        with fixtures.pg_database(server) as url:
+        with fixtures.server_database(server) as url:
             _seed(url, rows)
             contenders = [BARE_UPDATE, STORE_CLAIM]
             results += _case(url, "single claims, PostgreSQL", contenders, rows, rounds)
@@ -193,7 +193,7 @@ def run(quick: bool) -> list[Result]:
     if mysql is None:
         fixtures.skipping(f"{NAME} (MariaDB)", fixtures.MYSQL_URL_ENVS)
     else:
-        with fixtures.mysql_database(mysql) as url:
+        with fixtures.server_database(mysql) as url:
             _seed(url, rows)
             contenders = [BARE_NEXT_MYSQL, *(_batch(limit) for limit in LIMITS)]
             results += _case(url, "batch claims, MariaDB", contenders, rows, rounds)

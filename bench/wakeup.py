@@ -118,7 +118,7 @@ def run(quick: bool) -> list[Result]:
     with contextlib.ExitStack() as stack:
         urls = {"sqlite": _sqlite_database()}
         if server is not None:
-            urls["postgresql"] = stack.enter_context(fixtures.pg_database(server))
+            urls["postgresql"] = stack.enter_context(fixtures.server_database(server))
             fixtures.pg_load_sessions(urls["postgresql"], SESSIONS)
         first = 0
         for mode in modes:
