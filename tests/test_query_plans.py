@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, Executable, event, text
+from sqlalchemy import Connection, Engine, Executable, text
 from sqlalchemy.engine import URL
-from sqlalchemy.pool import Pool
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from hermes_state import SessionDB, statements
@@ -29,7 +28,7 @@ from hermes_state.engine import make_engine, resolve_url
 from hermes_state.models import HandoffState
 from tests.conftest import migrated_database
 from tests.legacy import build_legacy_db
-from tests.wire import driver_wire
+from tests.wire import driver_wire, sqlite_wire
 
 # One worker fills the module's large server databases once for every test here.
 pytestmark = pytest.mark.xdist_group("query-plans")
@@ -154,22 +153,6 @@ def test_sqlite_builders_use_the_partial_index(
         plan = sqlite_explain(connection, *compiled(build(), connection))
     assert sqlite_uses(plan, index), plan
     assert_no_sqlite_scan(plan)
-
-
-@contextlib.contextmanager
-def sqlite_wire() -> Iterator[list[str]]:
-    """Every SQL text any new SQLite connection sends, parameters expanded, while active."""
-    sent: list[str] = []
-
-    def on_connect(dbapi_connection: Any, _record: Any) -> None:
-        if isinstance(dbapi_connection, sqlite3.Connection):
-            dbapi_connection.set_trace_callback(sent.append)
-
-    event.listen(Pool, "connect", on_connect)
-    try:
-        yield sent
-    finally:
-        event.remove(Pool, "connect", on_connect)
 
 
 @pytest.mark.parametrize(("name", "run", "index"), OPERATIONS, ids=OPERATION_IDS)

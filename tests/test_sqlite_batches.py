@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import sqlite3
@@ -26,35 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.pool import Pool
 
 from hermes_state import DatabaseBusyError, SessionDB, engine, execution
 from hermes_state.engine import BUSY_TIMEOUT_MS, Patience
 from hermes_state.execution import retry_logger
 from tests.stores import handoff_row, make_pending
+from tests.wire import sqlite_wire
 
 LEASE = 120.0
 WAIT = 120.0  # seconds; a safety net against a hung process, never a synchronisation tool
 PROCESSES = 3
 ROWS = 240
 BATCH = 11  # not a divisor of ROWS: the last batches come back short
-
-
-@contextlib.contextmanager
-def wire() -> Iterator[list[str]]:
-    """Every SQL text a connection opened meanwhile sends (BEGIN and COMMIT included)."""
-    sent: list[str] = []
-
-    def on_connect(dbapi_connection: Any, _record: Any) -> None:
-        if isinstance(dbapi_connection, sqlite3.Connection):
-            dbapi_connection.set_trace_callback(sent.append)
-
-    event.listen(Pool, "connect", on_connect)
-    try:
-        yield sent
-    finally:
-        event.remove(Pool, "connect", on_connect)
 
 
 def statements_of(sent: list[str]) -> list[str]:
@@ -70,7 +52,7 @@ def path(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("size", [1, 50])
 def test_batches_cost_the_same_statements_whatever_their_size(path: Path, size: int) -> None:
     ids = [f"s{index:03d}" for index in range(size)]
-    with wire() as sent, SessionDB(path, owner="gw-a", lease_seconds=LEASE) as db:
+    with sqlite_wire() as sent, SessionDB(path, owner="gw-a", lease_seconds=LEASE) as db:
         make_pending(db, *ids, started_at=1.0)
         half = ids[: max(1, size // 2)]
         rest = ids[len(half) :]

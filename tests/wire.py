@@ -1,4 +1,7 @@
-"""What stores send to a server, seen at the driver: each statement, and the round trips counted.
+"""What stores send to a database, seen at the driver: each statement, and the round trips counted.
+
+:func:`sqlite_wire` collects every SQL text new SQLite connections send while it is active
+(``sqlite3``'s trace callback: parameters expanded, BEGIN and COMMIT included).
 
 :func:`driver_wire` wraps the cursors of psycopg and PyMySQL for as long as it is active, so it
 sees every statement whichever path sent it (SQLAlchemy's connections or a runner's own). Round
@@ -14,6 +17,7 @@ trips are counted below the statements:
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,8 +27,10 @@ import psycopg
 import pymysql
 import pytest
 from psycopg.pq import Trace
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
 
-__all__ = ["Sent", "Wire", "driver_wire"]
+__all__ = ["Sent", "Wire", "driver_wire", "sqlite_wire"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +113,19 @@ def driver_wire() -> Iterator[Wire]:
             yield wire
         finally:
             wire.finish()
+
+
+@contextlib.contextmanager
+def sqlite_wire() -> Iterator[list[str]]:
+    """Every SQL text any new SQLite connection sends while active, parameters expanded."""
+    sent: list[str] = []
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.set_trace_callback(sent.append)
+
+    event.listen(Pool, "connect", on_connect)
+    try:
+        yield sent
+    finally:
+        event.remove(Pool, "connect", on_connect)
