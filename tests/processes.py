@@ -13,6 +13,7 @@
   from the line it prints once listening.
 * ``kill_group`` / ``group_is_gone`` / ``read_pid``: process groups, such as the one each
   delivery command of a watcher leads, and the pid files those commands write.
+* ``in_forked_child``: run a check in a ``fork()``ed copy of this process and hear its verdict.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "console",
     "eventually",
     "group_is_gone",
+    "in_forked_child",
     "kill_group",
     "process_is_gone",
     "read_pid",
@@ -305,3 +307,26 @@ def read_pid(pid_file: Path) -> int | None:
     except FileNotFoundError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def in_forked_child(check: Callable[[], str | None]) -> str:
+    """Run ``check`` in a forked child of this process and return its verdict: "ok" when it
+    returned None, what it returned otherwise, or the exception it raised. The child reports
+    on a pipe and ends with ``os._exit``, never returning into pytest."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        verdict = "ok"
+        try:
+            verdict = check() or "ok"
+        except BaseException as exc:
+            verdict = f"the child failed: {exc!r}"
+        finally:
+            os.write(writing, verdict.encode())
+            os._exit(0)
+    os.close(writing)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(reading) as pipe:
+        verdict = pipe.read()
+    assert os.waitstatus_to_exitcode(status) == 0
+    return verdict

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import decimal
-import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,7 +27,7 @@ from hermes_state.models import sessions
 from hermes_state.plans import Body, Plan, Step
 from hermes_state.statements import Capabilities
 from tests.conftest import empty_tables
-from tests.processes import DEADLINE, wait_until
+from tests.processes import DEADLINE, in_forked_child, wait_until
 from tests.stores import HandClock, make_pending, put
 from tests.wire import driver_wire
 
@@ -161,25 +160,14 @@ def test_a_forked_child_opens_connections_of_its_own(pg_url: URL) -> None:
     with SessionDB(url=pg_url) as db:
         make_pending(db, "parent", "child")
         parents = backend_pid(db)
-        reading, writing = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report on the pipe, never return into pytest
-            verdict = "ok"
-            try:
-                assert db.claim_handoff("child") is True
-                if backend_pid(db) == parents:
-                    verdict = "the child used its parent's connection"
-            except BaseException as exc:
-                verdict = f"the child failed: {exc!r}"
-            finally:
-                os.write(writing, verdict.encode())
-                os._exit(0)
-        os.close(writing)
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(reading) as pipe:
-            verdict = pipe.read()
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert verdict == "ok"
+
+        def child() -> str | None:
+            assert db.claim_handoff("child") is True
+            if backend_pid(db) == parents:
+                return "the child used its parent's connection"
+            return None
+
+        assert in_forked_child(child) == "ok"
         # The parent's connection is unharmed (the child neither used nor closed it).
         assert backend_pid(db) == parents
         assert db.claim_handoff("parent") is True

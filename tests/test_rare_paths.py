@@ -39,7 +39,7 @@ from hermes_state.cli import handoff as handoff_command
 from hermes_state.cli import main
 from tests.conftest import CliResult, url_arg
 from tests.digest import database_digest, sync_url
-from tests.processes import cli_argv, run_cli, wait_until
+from tests.processes import cli_argv, in_forked_child, run_cli, wait_until
 
 FUTURE_REVISION = "9999_from_a_newer_hermes_state"
 
@@ -121,30 +121,19 @@ def test_a_forked_child_opens_connections_of_its_own(tmp_path: Path) -> None:
         assert isinstance(db.handoff_change_token(), int)  # opens the probe connection
         inherited = sqlite_connections()
         assert len(inherited) >= 2  # the thread's connection and the probe, at least
-        reading, writing = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report on the pipe, never return into pytest
-            verdict = "ok"
-            try:
-                db.create_session("child", "cli")
-                assert db.request_handoff("child", "telegram") is True
-                assert isinstance(db.handoff_change_token(), int)  # from a probe of its own
-                runner = db._runner
-                used = [runner._connection(), runner._probe.dbapi]  # type: ignore[attr-defined]
-                shared = [c for c in used if any(c is parents for parents in inherited)]
-                if shared:
-                    verdict = f"the child used {len(shared)} of its parent's connections"
-            except BaseException as exc:
-                verdict = f"the child failed: {exc!r}"
-            finally:
-                os.write(writing, verdict.encode())
-                os._exit(0)
-        os.close(writing)
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(reading) as pipe:
-            verdict = pipe.read()
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert verdict == "ok"
+
+        def child() -> str | None:
+            db.create_session("child", "cli")
+            assert db.request_handoff("child", "telegram") is True
+            assert isinstance(db.handoff_change_token(), int)  # from a probe of its own
+            runner = db._runner
+            used = [runner._connection(), runner._probe.dbapi]  # type: ignore[attr-defined]
+            shared = [c for c in used if any(c is parents for parents in inherited)]
+            if shared:
+                return f"the child used {len(shared)} of its parent's connections"
+            return None
+
+        assert in_forked_child(child) == "ok"
         # The parent's store is unharmed and sees what the child committed.
         assert db.get_handoff_state("child") == {
             "state": "pending",
