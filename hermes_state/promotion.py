@@ -363,6 +363,20 @@ def _carried(reading: Connection, table: Table) -> _Carried:
     return _Carried(table, columns)
 
 
+def _planned(
+    reading: Connection, target: Connection, fills: Sequence[Fill]
+) -> tuple[list[_Carried], list[SkippedTable], dict[str, dict[str, Any]]]:
+    """What a copy (or its dry run) carries: the source's tables with each one's target shape,
+    what is left behind, and the ``--fill`` values resolved; both connections are left with
+    no transaction open."""
+    plan, skipped = _plan(reading)
+    reading.rollback()
+    for carried in plan:
+        _shape(target, carried)
+    target.rollback()
+    return plan, skipped, _resolve_fills(fills, plan, target.dialect)
+
+
 def _shape(writing: Connection, carried: _Carried) -> None:
     """Plan the target table: the existing one plus missing columns, or a new one."""
     dialect = writing.dialect
@@ -600,12 +614,7 @@ def copy_database(
             ensure_current(engine, auto_upgrade=is_sqlite(engine.url), url=given)
         with translated(where), source.connect() as reading, target.connect() as writing:
             reading.execution_options(**{READ_ONLY: True})
-            plan, skipped = _plan(reading)
-            reading.rollback()
-            for carried in plan:
-                _shape(writing, carried)
-            writing.rollback()
-            resolved = _resolve_fills(fills, plan, writing.dialect)
+            plan, skipped, resolved = _planned(reading, writing, fills)
             _preflight(reading, plan, resolved, writing.dialect)
             if not force:
                 _refuse_conflicts(reading, writing, plan, resolved, batch_size)
@@ -761,12 +770,7 @@ def plan_copy(
             with translated(where), source.connect() as reading, target.connect() as looking:
                 for connection in (reading, looking):
                     connection.execution_options(**{READ_ONLY: True})
-                plan, skipped = _plan(reading)
-                reading.rollback()
-                for carried in plan:
-                    _shape(looking, carried)
-                looking.rollback()
-                resolved = _resolve_fills(fills, plan, looking.dialect)
+                plan, skipped, resolved = _planned(reading, looking, fills)
                 problems = _problems(reading, plan, resolved, looking.dialect)
                 tables: list[TablePlan] = []
                 conflicts: list[str] = []
