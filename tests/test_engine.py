@@ -40,6 +40,7 @@ from hermes_state.engine import (
     make_async_engine,
     make_engine,
 )
+from tests.conftest import require_server
 from tests.digest import sync_url
 
 WAIT = 30.0  # a safety net for a hung thread, never a way to synchronise
@@ -579,8 +580,6 @@ def test_the_cli_says_which_extra_a_missing_driver_needs(
 def test_pymysql_connections_share_one_preferred_tls_context() -> None:
     """PyMySQL builds a "preferred TLS" context (CA bundle loaded, nothing verified) for every
     connection; the store's engine builds it once per process, and URL options still win."""
-    from tests.conftest import require_server
-
     server = require_server("mysql")
     engine = make_engine(server)
     try:
