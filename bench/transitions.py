@@ -19,6 +19,11 @@ round's time runs from that release to the last worker's answer):
   (issue 13): with limit 100, at least 10x the baseline's rate on PostgreSQL (ratio 0.1 or
   less) and 5x on SQLite (0.2 or less).
 
+Each case also runs the store's own statements sent by the bare driver (``psycopg, the store's
+claim SQL``, ``psycopg/sqlite3, the store's batch(100) SQL``): the same SQL and parameters,
+rows left as tuples. It has no bar; it splits the store's ratio into what its statements cost
+the database and what the store adds around them.
+
 After every round the benchmark checks that each row was claimed exactly once (running, with
 attempt 1), then puts the rows back to pending for the next round. On SQLite a connection stays
 open on the file for the whole case (see ``_sqlite_database``).
@@ -72,6 +77,11 @@ STORE_CLAIM: Final = "SessionDB.claim_handoff"
 BARE_NEXT_PG: Final = "psycopg 1 row/statement"
 BARE_NEXT_SQLITE: Final = "sqlite3 1 row/transaction"
 BARE_NEXT_MYSQL: Final = "PyMySQL 1 row/transaction"
+#: The store's own statements sent by the bare driver: what the store would cost with nothing
+#: of its own around them (the ceiling it is measured against, not a bar).
+SAME_CLAIM: Final = "psycopg, the store's claim SQL"
+SAME_BATCH_PG: Final = "psycopg, the store's batch(100) SQL"
+SAME_BATCH_SQLITE: Final = "sqlite3, the store's batch(100) SQL"
 
 
 def _batch(limit: int) -> str:
@@ -180,13 +190,13 @@ def run(quick: bool) -> list[Result]:
     else:
         with fixtures.server_database(server) as url:
             _seed(url, rows)
-            contenders = [BARE_UPDATE, STORE_CLAIM]
+            contenders = [BARE_UPDATE, STORE_CLAIM, SAME_CLAIM]
             results += _case(url, "single claims, PostgreSQL", contenders, rows, rounds)
-            contenders = [BARE_NEXT_PG, *(_batch(limit) for limit in LIMITS)]
+            contenders = [BARE_NEXT_PG, *(_batch(limit) for limit in LIMITS), SAME_BATCH_PG]
             results += _case(url, "batch claims, PostgreSQL", contenders, rows, rounds)
     with _sqlite_database() as url:
         _seed(url, rows)
-        contenders = [BARE_NEXT_SQLITE, *(_batch(limit) for limit in LIMITS)]
+        contenders = [BARE_NEXT_SQLITE, *(_batch(limit) for limit in LIMITS), SAME_BATCH_SQLITE]
         sqlite_rounds = QUICK_ROUNDS if quick else SQLITE_ROUNDS
         results += _case(url, "batch claims, SQLite", contenders, rows, sqlite_rounds)
     mysql = fixtures.mysql_server()
@@ -262,6 +272,7 @@ def _round(
     start = manager.Barrier(processes + 1)
     orders = [_order(name, plain, worker, ids[worker::processes]) for worker in range(processes)]
     futures = [pool.submit(_work, order, start) for order in orders]
+    _await_workers(start, futures, processes)
     start.wait(WAIT)
     began = time.perf_counter()
     spent = [future.result(timeout=WAIT) for future in futures]
@@ -275,8 +286,22 @@ def _round(
     return elapsed, sum(one.client_s for one in spent), server
 
 
+def _await_workers(start: Any, futures: list[Any], processes: int) -> None:
+    """Wait until every worker waits at the barrier; a worker that failed before it is
+    reported at once (with its exception) instead of when the barrier times out."""
+    deadline = time.monotonic() + WAIT
+    while start.n_waiting < processes:
+        for future in futures:
+            if future.done():
+                future.result()  # raises what the worker raised
+                raise BenchmarkError("a worker returned before the round started")
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"the workers did not all start within {WAIT:g} s")
+        time.sleep(0.01)
+
+
 def _order(name: str, url: str, worker: int, share: list[str]) -> Order:
-    if name in (BARE_UPDATE, STORE_CLAIM):
+    if name in (BARE_UPDATE, STORE_CLAIM, SAME_CLAIM):
         return Order(name, url, worker, ids=tuple(share))
     if name.startswith("claim_pending_handoffs("):
         return Order("batch", url, worker, limit=int(name.split("(")[1].rstrip(")")))
@@ -369,6 +394,9 @@ def _work(order: Order, barrier: Any) -> Spent:
         BARE_NEXT_PG: _bare_next_pg,
         BARE_NEXT_SQLITE: _bare_next_sqlite,
         BARE_NEXT_MYSQL: _bare_next_mysql,
+        SAME_CLAIM: _same_claim,
+        SAME_BATCH_PG: _same_batch_pg,
+        SAME_BATCH_SQLITE: _same_batch_sqlite,
         "batch": _store_batch,
     }
     won = workers[order.kind](order, start)
@@ -508,6 +536,107 @@ def _bare_next_mysql(order: Order, start: Any) -> int:
                 cursor.execute(move, _params(order, id=row[0]))
                 connection.commit()
                 won += 1
+    finally:
+        connection.close()
+
+
+def _store_sql(statement: Any, dialect: Any) -> tuple[str, dict[str, Any], tuple[str, ...]]:
+    """One of the store's statements as the store sends it: its SQL, the values of its
+    constant parameters, and (for ``?`` paramstyles) the order its parameters go in."""
+    compiled = statement.compile(dialect=dialect)
+    constants = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
+    return compiled.string, constants, tuple(compiled.positiontup or ())
+
+
+def _same_claim(order: Order, start: Any) -> int:
+    """psycopg sending ``claim_handoff``'s one statement (results in binary, as the store
+    asks), with the parameters the store would give it."""
+    from sqlalchemy.dialects.postgresql import psycopg as pg_dialect
+
+    from hermes_state import statements
+
+    transition = statements.claim_handoff(returning=True)
+    sql, constants, _ = _store_sql(transition.single, pg_dialect.dialect())
+    owner = f"w{order.worker}"
+    with _psycopg(order) as connection:
+        cursor = connection.cursor()
+        cursor.execute("SELECT 1")
+        start.wait(WAIT)
+        won = 0
+        for session_id in order.ids:
+            now = time.time()
+            params = {**constants, "session_id": session_id, "now": now, "owner": owner}
+            params.update(lease_expires_at=now + LEASE_SECONDS, actor=owner)
+            cursor.execute(sql, params, binary=True)
+            won += len(cursor.fetchall())
+        start.stop()
+    return won
+
+
+def _same_batch_pg(order: Order, start: Any) -> int:
+    """psycopg sending ``claim_pending_handoffs(100)``'s one statement, rows as tuples."""
+    from sqlalchemy.dialects.postgresql import psycopg as pg_dialect
+
+    from hermes_state import statements
+
+    statement = statements.claim_pending_statement(by_platform=False)
+    sql, constants, _ = _store_sql(statement, pg_dialect.dialect())
+    owner = f"w{order.worker}"
+    with _psycopg(order) as connection:
+        cursor = connection.cursor()
+        cursor.execute("SELECT 1")
+        start.wait(WAIT)
+        won = 0
+        while True:
+            now = time.time()
+            params = {**constants, "limit": 100, "now": now, "owner": owner, "actor": owner}
+            params["lease_expires_at"] = now + LEASE_SECONDS
+            cursor.execute(sql, params, binary=True)
+            claimed = len(cursor.fetchall())
+            if not claimed:
+                break
+            won += claimed
+        start.stop()
+    return won
+
+
+def _same_batch_sqlite(order: Order, start: Any) -> int:
+    """sqlite3 sending ``claim_pending_handoffs(100)``'s two statements in one ``BEGIN
+    IMMEDIATE`` transaction, rows as tuples, waiting for the lock with SQLite's busy wait."""
+    from sqlalchemy.dialects.sqlite import pysqlite
+
+    from hermes_state import statements
+    from hermes_state.engine import resolve_url
+
+    transition = statements.claim_pending_transition(by_platform=False)
+    dialect = pysqlite.dialect()
+    record = _store_sql(transition.record, dialect)
+    apply = _store_sql(transition.apply, dialect)
+    path = resolve_url(order.url).database
+    assert path is not None
+    connection = sqlite3.connect(path, isolation_level=None, timeout=60)
+    owner = f"w{order.worker}"
+
+    def values(sent: tuple[str, dict[str, Any], tuple[str, ...]], **given: Any) -> list[Any]:
+        _, constants, positions = sent
+        merged = {**constants, **given}
+        return [merged[name] for name in positions]
+
+    try:
+        connection.execute("PRAGMA synchronous = NORMAL")
+        start.wait(WAIT)
+        won = 0
+        while True:
+            connection.execute("BEGIN IMMEDIATE")
+            now = time.time()
+            given = {"limit": 100, "now": now, "owner": owner, "actor": owner}
+            given["lease_expires_at"] = now + LEASE_SECONDS
+            connection.execute(record[0], values(record, **given))
+            claimed = len(connection.execute(apply[0], values(apply, **given)).fetchall())
+            connection.execute("COMMIT")
+            if not claimed:
+                return won
+            won += claimed
     finally:
         connection.close()
 

@@ -190,6 +190,11 @@ _PG_CLASS_KINDS: Final[Mapping[str, _Kind]] = {
 _MYSQL_KINDS: Final[Mapping[int, _Kind]] = {
     1205: _Kind.CONTENTION,  # ER_LOCK_WAIT_TIMEOUT
     1213: _Kind.CONTENTION,  # ER_LOCK_DEADLOCK
+    # ER_AUTOINC_READ_FAILED: what InnoDB reports when the statement lost a deadlock (or timed
+    # out) while taking a table's AUTO-INC lock, which INSERT ... SELECT holds to its end; the
+    # transaction was rolled back, as for 1213. (Its other cause, a counter past the column's
+    # maximum, cannot happen to the BIGINT audit ids.)
+    1467: _Kind.CONTENTION,
     1021: _Kind.FULL,  # ER_DISK_FULL
     1114: _Kind.FULL,  # ER_RECORD_FILE_FULL (the table is full)
     1290: _Kind.READ_ONLY,  # ER_OPTION_PREVENTS_STATEMENT (--read-only)

@@ -390,20 +390,20 @@ def _claim_batch(
     """The rows claimed, as claimed, oldest ``started_at`` first (one builder per dialect)."""
     if caps.name == "postgresql":
         claimed = yield Step(statements.claim_pending_statement(by_platform), params)
-        rows = claimed.rows
-    elif caps.update_returning:
+        return claimed.rows  # in order already
+    if caps.update_returning:
         applied = yield from _move(caps, statements.claim_pending_transition(by_platform), params)
         rows = [] if applied is None else applied.rows
-    else:
-        claim = statements.claim_picked(by_platform)
-        picked = yield Step(claim.pick, params)
-        if not picked.rows:
-            return []
-        chosen = {**params, "ids": [row["id"] for row in picked.rows]}
-        yield from _move(caps, claim.transition, chosen, expected=len(picked.rows))
-        fetched = yield Step(claim.fetch, chosen)
-        rows = fetched.rows
-    return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
+        # SQLite returns the updated rows in no promised order.
+        return sorted(rows, key=lambda row: (row["started_at"], row["id"]))
+    claim = statements.claim_picked(by_platform)
+    picked = yield Step(claim.pick, params)
+    if not picked.rows:
+        return []
+    chosen = {**params, "ids": [row["id"] for row in picked.rows]}
+    yield from _move(caps, claim.transition, chosen, expected=len(picked.rows))
+    fetched = yield Step(claim.fetch, chosen)
+    return fetched.rows
 
 
 #: One claim to finish: the row, how it is fenced, the attempt it is fenced on, and its

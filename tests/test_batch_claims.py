@@ -10,17 +10,20 @@ the winner's, and the audit trail names the winner once per row), not only by co
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import URL
 
 from hermes_state import AsyncSessionDB, InvalidInputError, InvalidInputTypeError, SessionDB
 from hermes_state.aio import NativeAsyncSessionDB
+from hermes_state.engine import make_engine
 from hermes_state.models import handoff_events
 from hermes_state.plans import MAX_BATCH
 from tests.stores import HandClock, handoff_row, make_pending, put
@@ -199,6 +202,65 @@ def test_gateway_processes_claim_each_row_exactly_once(store: SessionDB, backend
         (session_id, owner, 1) for session_id, owner in winner.items()
     )
     assert store.has_pending_handoffs() is False
+
+
+# A lock wait on the server, seen from another connection: PostgreSQL's ungranted locks in
+# this database, InnoDB's lock waits (MariaDB).
+_LOCK_WAITS = {
+    "postgresql": "SELECT count(*) FROM pg_locks WHERE NOT granted AND database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database())",
+    "mysql": "SELECT count(*) FROM information_schema.INNODB_LOCK_WAITS",
+}
+
+
+def test_a_batch_claim_never_waits_for_a_row_it_does_not_take(
+    store: SessionDB, backend_url: URL
+) -> None:
+    """Another transaction holds one pending row among many: the batch claim skips it and
+    waits for nothing. (On MariaDB a locking read locks every row it scans: on a small table
+    the optimizer scanned the pending rows for the claim's ``id IN (...)`` list, so the claim
+    queued behind rows it never picked, and two claimers deadlocked on each other's rows.)"""
+    backend = backend_url.get_backend_name()
+    if backend == "sqlite":
+        pytest.skip("SQLite has no row locks: its writers queue for the whole database")
+    ids = [f"many-{index:04d}" for index in range(ROWS)]
+    engine = make_engine(backend_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO sessions (id, source, started_at, handoff_state,"
+                    " handoff_platform, handoff_requested_at)"
+                    " VALUES (:id, 'cli', :at, 'pending', 'telegram', :at)"
+                ),
+                [{"id": session_id, "at": float(index)} for index, session_id in enumerate(ids)],
+            )
+        with engine.connect() as connection:
+            analyse = "ANALYZE TABLE sessions" if backend == "mysql" else "ANALYZE sessions"
+            connection.execute(text(analyse))
+            connection.commit()
+        held = ids[BATCH * 3]  # among the rows the claim would otherwise take
+        claimed: list[list[dict[str, Any]]] = []
+        with engine.connect() as holder, engine.connect() as watcher:
+            holder.execute(text("SELECT id FROM sessions WHERE id = :id FOR UPDATE"), {"id": held})
+            claimer = threading.Thread(
+                target=lambda: claimed.append(store.claim_pending_handoffs(100))
+            )
+            claimer.start()
+            waited = 0
+            deadline = time.monotonic() + WAIT
+            while claimer.is_alive() and not waited and time.monotonic() < deadline:
+                waited = watcher.execute(text(_LOCK_WAITS[backend])).scalar_one()
+                watcher.rollback()
+                time.sleep(0.01)
+            holder.rollback()  # let a claim that did wait finish
+            claimer.join(WAIT)
+    finally:
+        engine.dispose()
+    assert not waited, "the batch claim waited for a row another transaction held"
+    taken = [row["id"] for row in claimed[0]]
+    assert held not in taken
+    assert taken == [session_id for session_id in ids if session_id != held][:100]
 
 
 # -- finishing many claims at once ------------------------------------------------------------

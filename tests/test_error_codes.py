@@ -475,6 +475,7 @@ def mysql_packet_error(number: int, sqlstate: str, message: str) -> Exception:
         (1146, "42S02", "Table 'x.sessions' does not exist", DatabaseError, False),
         (1213, "40001", "Deadlock found; lost connection", DatabaseError, True),
         (1205, "HY000", "Lock wait timeout exceeded; connection refused", DatabaseError, True),
+        (1467, "HY000", "Failed to read auto-increment value", DatabaseError, True),
         (
             1290,
             "HY000",
