@@ -632,7 +632,8 @@ class HandoffWatch:
             await asyncio.sleep(self.interval)
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wakeup.wait(), self.interval)
+            async with asyncio.timeout(self.interval):
+                await self.wakeup.wait()
         self.wakeup.clear()
 
     def _wake(self) -> None:

@@ -378,6 +378,28 @@ async def test_feed_fans_out_and_drops_a_client_that_never_reads(backend_url: UR
 
 
 @pytest.mark.asyncio
+async def test_a_stop_right_after_a_wake_up_still_stops_the_feed(tmp_path: Path) -> None:
+    """``stop`` cancels the feed's task just as a wake-up ends its wait. Python 3.11's
+    ``asyncio.wait_for`` then returned the wait's result and dropped the cancellation, so the
+    task went on polling and ``stop`` (and the dashboard's shutdown with it) never returned."""
+    store = AsyncSessionDB(SessionDB(tmp_path / "state.db"))
+    try:
+        for attempt in range(10):
+            feed = ChangeFeed(store, interval=30.0)
+            await feed.start()
+            # Different points of the feed's wait (parked, probing the change token...).
+            await asyncio.sleep(0.002 * (attempt % 5))
+            feed.wake()
+            try:
+                async with asyncio.timeout(10):
+                    await feed.stop()
+            except TimeoutError:
+                pytest.fail(f"stop() did not return (attempt {attempt})")
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("pruned", [False, True], ids=["fresh", "pruned"])
 async def test_feed_delivers_an_event_committed_after_a_later_one(
     backend_url: URL, pruned: bool

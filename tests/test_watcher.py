@@ -131,6 +131,35 @@ async def test_a_stuck_delivery_delays_no_other_row(kind: str, db: SessionDB) ->
         await runner.close()
 
 
+@pytest.mark.asyncio
+async def test_cancelling_the_runner_right_after_a_wake_up_stops_it(db: SessionDB) -> None:
+    """A request made in this process wakes the runner from its pause; a cancellation that
+    reaches the runner in the same turn of the event loop still ends it. (Python 3.11's
+    ``asyncio.wait_for`` returned the wake-up and dropped the cancellation, so the runner went
+    on polling.)"""
+    make_pending(db, "first")
+    db.create_session("second", "cli")
+
+    async def deliver(row: dict[str, Any], profile_name: str | None) -> None:
+        return None
+
+    runner = GatewayRunner(open_store("SessionDB", db.url), deliver, interval=30.0)
+    serving = asyncio.create_task(runner.run())
+    try:
+        # Delivered: the runner then sits in its 30 s pause.
+        await eventually(lambda: state_of(db, "first") == "completed", "the first delivery")
+        loop = asyncio.get_running_loop()
+        assert db.request_handoff("second", "telegram") is True  # queues the wake-up
+        loop.call_soon_threadsafe(serving.cancel)  # lands right behind it
+        done, _ = await asyncio.wait({serving}, timeout=DEADLINE)
+        assert done, "the cancelled runner went on running"
+        assert serving.cancelled()
+    finally:
+        runner.stop()
+        await asyncio.wait({serving}, timeout=DEADLINE)
+        await runner.close()
+
+
 # -- outcomes of a delivery --------------------------------------------------------------------
 
 

@@ -221,7 +221,8 @@ class ExecHandler:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGTERM)
         with suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(process.wait()), self.kill_grace)
+            async with asyncio.timeout(self.kill_grace):
+                await asyncio.shield(process.wait())
         # The shell may be gone while what it started lingers in the group: kill the group.
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)

@@ -264,7 +264,8 @@ def create_app(
                 yield "retry: 1000\n: connected\n\n"
                 while True:
                     try:
-                        event = await asyncio.wait_for(subscription.queue.get(), HEARTBEAT)
+                        async with asyncio.timeout(HEARTBEAT):
+                            event = await subscription.queue.get()
                     except TimeoutError:
                         yield ": heartbeat\n\n"
                         continue

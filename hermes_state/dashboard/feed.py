@@ -182,7 +182,8 @@ class ChangeFeed:
             if remaining <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(step, remaining))
+                async with asyncio.timeout(min(step, remaining)):
+                    await self._wake.wait()
             if self._wake.is_set():
                 self._wake.clear()
                 return
