@@ -54,6 +54,16 @@ SERIAL = pytest.mark.xdist_group("serial")
 _UNGROUPED = pytest.StashKey[str]()
 
 
+#: pyproject.toml's per-test timeout is for the default run; an opt-in soak gets this long.
+SOAK_TIMEOUT = 3600
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+        item.add_marker(pytest.mark.timeout(SOAK_TIMEOUT))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` each worker renames a grouped test NODEID@GROUP, after which
