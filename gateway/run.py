@@ -628,13 +628,14 @@ class HandoffWatch:
 
     async def _pause(self) -> None:
         """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one."""
-        if self.wakeup is None:
+        if self.wakeup is None or self.interval <= 0:  # no pause: one turn of the loop
             await asyncio.sleep(self.interval)
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.interval):
-                await self.wakeup.wait()
-        self.wakeup.clear()
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval):
+                    await self.wakeup.wait()
+        if self.wakeup is not None:
+            self.wakeup.clear()
 
     def _wake(self) -> None:
         if self.wakeup is not None:
@@ -1358,6 +1359,9 @@ class GatewayRunner:
         """Serve until stopped (SIGINT/SIGTERM), or for ``ticks`` polls when given."""
         loop = asyncio.get_running_loop()
         self._running = _TickBudget(ticks) if ticks is not None else True
+        # An asyncio.Event belongs to the loop that first waits on it: a runner run again
+        # under another loop (``asyncio.run(runner.run(ticks=1))`` twice) needs a new one.
+        self._handoff_wakeup = asyncio.Event()
         installed = []
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

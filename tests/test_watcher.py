@@ -160,6 +160,24 @@ async def test_cancelling_the_runner_right_after_a_wake_up_stops_it(db: SessionD
         await runner.close()
 
 
+def test_a_runner_serves_again_under_a_new_event_loop(db: SessionDB) -> None:
+    """``asyncio.run(runner.run(ticks=2))`` twice, as the demo does: the second run's pause
+    waits on a wake-up event of its own loop (an asyncio.Event belongs to the first loop that
+    waits on it, and waiting on it from another raises)."""
+    make_pending(db, "first")
+
+    async def deliver(row: dict[str, Any], profile_name: str | None) -> None:
+        return None
+
+    runner = GatewayRunner(open_store("SessionDB", db.url), deliver, interval=0.01)
+    asyncio.run(runner.run(ticks=2))
+    assert state_of(db, "first") == "completed"
+    make_pending(db, "second")
+    asyncio.run(runner.run(ticks=2))
+    asyncio.run(runner.close())
+    assert state_of(db, "second") == "completed"
+
+
 # -- outcomes of a delivery --------------------------------------------------------------------
 
 

@@ -87,16 +87,13 @@ def _version() -> str:
         return "unknown"
 
 
-class _PrintVersion(argparse.Action):
-    """``--version``, looked up only when asked for: reading the installed metadata costs
-    every command's start-up ~15 ms otherwise (argparse's own action formats it up front)."""
+class _PrintVersion(argparse._VersionAction):
+    """argparse's ``--version``, looked up only when asked for: reading the installed
+    metadata would cost every command's start-up ~15 ms."""
 
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
-        sys.stdout.write(f"hermes-state {_version()}\n")
-        parser.exit()
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        self.version = f"hermes-state {_version()}"
+        super().__call__(parser, *args, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
