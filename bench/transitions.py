@@ -458,17 +458,24 @@ def _bare_next_pg(order: Order, start: Any) -> int:
     return won
 
 
-def _bare_next_sqlite(order: Order, start: Any) -> int:
+def _sqlite3_connection(order: Order) -> sqlite3.Connection:
+    """The ``sqlite3`` module's own connection to the file, with the store's pragma for
+    durability and SQLite's busy wait (up to 60 s) for the write lock."""
     from hermes_state.engine import resolve_url
 
     path = resolve_url(order.url).database
     assert path is not None
     connection = sqlite3.connect(path, isolation_level=None, timeout=60)
+    connection.execute("PRAGMA synchronous = NORMAL")
+    return connection
+
+
+def _bare_next_sqlite(order: Order, start: Any) -> int:
+    connection = _sqlite3_connection(order)
     pending = (
         "SELECT id FROM sessions WHERE handoff_state = 'pending' ORDER BY started_at, id LIMIT 1"
     )
     try:
-        connection.execute("PRAGMA synchronous = NORMAL")
         start.wait(WAIT)
         won = 0
         while True:
@@ -548,45 +555,50 @@ def _store_sql(statement: Any, dialect: Any) -> tuple[str, dict[str, Any], tuple
     return compiled.string, constants, tuple(compiled.positiontup or ())
 
 
-def _same_claim(order: Order, start: Any) -> int:
-    """psycopg sending ``claim_handoff``'s one statement (results in binary, as the store
-    asks), with the parameters the store would give it."""
-    from sqlalchemy.dialects.postgresql import psycopg as pg_dialect
-
-    from hermes_state import statements
-
-    transition = statements.claim_handoff(returning=True)
-    sql, constants, _ = _store_sql(transition.single, pg_dialect.dialect())
-    owner = f"w{order.worker}"
+@contextlib.contextmanager
+def _started_psycopg(order: Order, start: Any) -> Iterator[Any]:
+    """A psycopg cursor, connected and warm, once every worker of the round is."""
     with _psycopg(order) as connection:
         cursor = connection.cursor()
         cursor.execute("SELECT 1")
         start.wait(WAIT)
-        won = 0
+        yield cursor
+        start.stop()
+
+
+def _pg_store_sql(statement: Any) -> tuple[str, dict[str, Any]]:
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    sql, constants, _ = _store_sql(statement, PGDialect_psycopg())  # type: ignore[no-untyped-call]
+    return sql, constants
+
+
+def _same_claim(order: Order, start: Any) -> int:
+    """psycopg sending ``claim_handoff``'s one statement (results in binary, as the store
+    asks), with the parameters the store would give it."""
+    from hermes_state import statements
+
+    sql, constants = _pg_store_sql(statements.claim_handoff(returning=True).single)
+    owner = f"w{order.worker}"
+    won = 0
+    with _started_psycopg(order, start) as cursor:
         for session_id in order.ids:
             now = time.time()
             params = {**constants, "session_id": session_id, "now": now, "owner": owner}
             params.update(lease_expires_at=now + LEASE_SECONDS, actor=owner)
             cursor.execute(sql, params, binary=True)
             won += len(cursor.fetchall())
-        start.stop()
     return won
 
 
 def _same_batch_pg(order: Order, start: Any) -> int:
     """psycopg sending ``claim_pending_handoffs(100)``'s one statement, rows as tuples."""
-    from sqlalchemy.dialects.postgresql import psycopg as pg_dialect
-
     from hermes_state import statements
 
-    statement = statements.claim_pending_statement(by_platform=False)
-    sql, constants, _ = _store_sql(statement, pg_dialect.dialect())
+    sql, constants = _pg_store_sql(statements.claim_pending_statement(by_platform=False))
     owner = f"w{order.worker}"
-    with _psycopg(order) as connection:
-        cursor = connection.cursor()
-        cursor.execute("SELECT 1")
-        start.wait(WAIT)
-        won = 0
+    won = 0
+    with _started_psycopg(order, start) as cursor:
         while True:
             now = time.time()
             params = {**constants, "limit": 100, "now": now, "owner": owner, "actor": owner}
@@ -596,7 +608,6 @@ def _same_batch_pg(order: Order, start: Any) -> int:
             if not claimed:
                 break
             won += claimed
-        start.stop()
     return won
 
 
@@ -606,15 +617,12 @@ def _same_batch_sqlite(order: Order, start: Any) -> int:
     from sqlalchemy.dialects.sqlite import pysqlite
 
     from hermes_state import statements
-    from hermes_state.engine import resolve_url
 
     transition = statements.claim_pending_transition(by_platform=False)
     dialect = pysqlite.dialect()
     record = _store_sql(transition.record, dialect)
     apply = _store_sql(transition.apply, dialect)
-    path = resolve_url(order.url).database
-    assert path is not None
-    connection = sqlite3.connect(path, isolation_level=None, timeout=60)
+    connection = _sqlite3_connection(order)
     owner = f"w{order.worker}"
 
     def values(sent: tuple[str, dict[str, Any], tuple[str, ...]], **given: Any) -> list[Any]:
@@ -623,7 +631,6 @@ def _same_batch_sqlite(order: Order, start: Any) -> int:
         return [merged[name] for name in positions]
 
     try:
-        connection.execute("PRAGMA synchronous = NORMAL")
         start.wait(WAIT)
         won = 0
         while True:
