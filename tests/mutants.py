@@ -180,9 +180,6 @@ MUTANTS = [
 def copy_project(into: Path) -> Path:
     project = into / "project"
     shutil.copytree(ROOT, project, ignore=IGNORE)
-    shared = (ROOT / ".." / "shared").resolve()
-    if shared.is_dir():  # the tests read ../shared/fixtures, beside the project
-        (into / "shared").symlink_to(shared, target_is_directory=True)
     return project
 
 

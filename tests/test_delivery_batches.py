@@ -23,11 +23,12 @@ from hermes_state import SessionDB
 from hermes_state.models import session_turn_leases
 from hermes_state.plans import delivery_holder
 from tests.stores import HandClock, handoff_row, make_pending, put
+from tests.vintages import REAL_SCHEMA11
 
 OWNER = "gw-1"
 LEASE = 60.0
 TURN = 20.0
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "upstream-schema11-state.db"
+FIXTURE = REAL_SCHEMA11
 
 
 def leases(db: SessionDB) -> dict[str, tuple[str, float]]:

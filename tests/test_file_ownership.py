@@ -37,8 +37,9 @@ from hermes_state.engine import resolve_url
 from .legacy import build_legacy_db
 from .processes import run_cli
 from .stores import make_pending
+from .vintages import REAL_SCHEMA11
 
-FIXTURE = Path(__file__).resolve().parent.parent / "../shared/fixtures/upstream-schema11-state.db"
+FIXTURE = REAL_SCHEMA11
 HEAD = schema.HEAD_REVISION
 
 

@@ -26,6 +26,7 @@ from hermes_state.cli import main
 from hermes_state.errors import InvalidInputError, InvalidInputTypeError
 from tests.digest import sync_url
 from tests.stores import HandClock
+from tests.vintages import REAL_SCHEMA11
 
 PROCESSES = 6
 ROUNDS = 8
@@ -212,8 +213,7 @@ def test_processes_race_for_leases_and_exactly_one_wins(
 
 # -- adoption ----------------------------------------------------------------------------------
 
-FIXTURE = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
-UPSTREAM_FILE = FIXTURE / "upstream-schema11-state.db"
+UPSTREAM_FILE = REAL_SCHEMA11
 
 
 def _indexes_on_pending(path: Path) -> list[str]:

@@ -33,9 +33,9 @@ from hermes_state import (
 )
 from hermes_state.engine import resolve_url
 from tests.legacy import row_digest, schema_entries, table_columns
+from tests.vintages import REAL_SCHEMA11
 
-FIXTURE = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
-UPSTREAM_SCHEMA11 = FIXTURE / "upstream-schema11-state.db"
+UPSTREAM_SCHEMA11 = REAL_SCHEMA11
 SID = "conversation"
 
 _m = models.messages.c

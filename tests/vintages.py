@@ -3,7 +3,7 @@
 The upstream hermes-agent writes its ``state.db`` with the ``sqlite3`` module; its schema grew
 version by version (``schema_version`` records which). The shapes here follow that history as
 far as upstream's ``hermes_state.py`` and the real file it wrote
-(``../shared/fixtures/upstream-schema11-state.db``, schema 11) show it:
+(``tests/fixtures/upstream-schema11-state.db``, schema 11) show it:
 
 * **2**: sessions with the model config, system prompt and first counters; messages with tool
   calls, tool name and call id, token count and finish reason; ``schema_version``; an FTS5 index
@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, Final
 
 __all__ = [
+    "FIXTURES",
     "REAL_SCHEMA11",
+    "REAL_SCHEMA30",
     "VERSIONS",
     "Vintage",
     "build_vintage",
@@ -41,9 +43,10 @@ __all__ = [
 ]
 
 VERSIONS: Final = (2, 11, 16)
-REAL_SCHEMA11: Final = (
-    Path(__file__).resolve().parent.parent / "../shared/fixtures/upstream-schema11-state.db"
-).resolve()
+#: Real files written by upstream's own code, kept with the tests (see fixtures/README.md).
+FIXTURES: Final = Path(__file__).resolve().parent / "fixtures"
+REAL_SCHEMA11: Final = FIXTURES / "upstream-schema11-state.db"
+REAL_SCHEMA30: Final = FIXTURES / "upstream-schema30-state.db"
 
 T0: Final = 1_760_000_000.25
 
