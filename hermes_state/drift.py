@@ -3,6 +3,10 @@ comparison rules migrations/env.py also uses), and ``db check``'s comparison its
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
@@ -10,7 +14,7 @@ from sqlalchemy import Connection, inspect, text
 
 from .engine import describe, is_sqlite
 from .errors import corrupt_error
-from .models import metadata
+from .models import APPLICATION_TABLES, metadata
 from .schema import (
     ADOPTION_TABLE,
     HEAD_REVISION,
@@ -49,7 +53,21 @@ def include_object(
     An adopted ``state.db`` keeps the tables, columns and indexes older hermes versions made;
     they are not ours to report, and the bookkeeping tables are not modelled.
     """
-    return not (reflected and compare_to is None)
+    if reflected and compare_to is None:
+        return False
+    if type_ == "index" and compare_to is not None:
+        # Both sides have this index. One on expressions (upstream's DESC orderings, its
+        # COALESCE of activity times) reflects differently on each backend, or not at all, so
+        # it is compared by name, which is what makes it upstream's.
+        model_side = compare_to if reflected else obj
+        return not _has_expressions(model_side)
+    return True
+
+
+def _has_expressions(index: Any) -> bool:
+    from sqlalchemy import Column
+
+    return any(not isinstance(expression, Column) for expression in index.expressions)
 
 
 def sqlite_affinity(declared: str) -> str:
@@ -231,19 +249,70 @@ def compare(url: URL) -> Comparison:
         context = MigrationContext.configure(
             connection, opts=context_options(connection.dialect.name)
         )
-        for diff, words in describe_diffs(
-            compare_metadata(context, metadata), connection.dialect.name, with_diffs=True
-        ):
-            column = modified_column(diff)
-            legacy = (
-                column is not None
-                and added is not None
-                and column[0] not in added.tables
-                and column not in added.columns
-            )
-            (adopted if legacy else drifts).append(Drift(*words))
+        with _expression_indexes_quiet():
+            diffs = compare_metadata(context, metadata)
+        unnamed = _foreign_keys_present(connection)
+        for diff, words in describe_diffs(diffs, connection.dialect.name, with_diffs=True):
+            if diff[0] == "add_fk" and _key_of(diff[1]) in unnamed:
+                continue  # there, without our name (upstream names none of its keys)
+            (adopted if _is_legacy(diff, added) else drifts).append(Drift(*words))
         connection.rollback()
         return Comparison(drifts, adopted)
+
+
+@contextlib.contextmanager
+def _expression_indexes_quiet() -> Iterator[None]:
+    """SQLAlchemy and Alembic each warn that indexes on expressions cannot be reflected or
+    compared; drift.include_object compares those by name, so the warnings say nothing."""
+    impl_log = logging.getLogger("alembic.ddl.impl")
+    level = impl_log.level
+    impl_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*expression-based index")
+            yield
+    finally:
+        impl_log.setLevel(level)
+
+
+def _key_of(fk: Any) -> tuple[str, tuple[str, ...], str]:
+    return (
+        fk.parent.name,
+        tuple(element.parent.name for element in fk.elements),
+        fk.referred_table.name,
+    )
+
+
+def _foreign_keys_present(connection: Connection) -> set[tuple[str, tuple[str, ...], str]]:
+    """(table, columns, referred table) of every foreign key the database has."""
+    inspector = inspect(connection)
+    present = set()
+    for table_name in inspector.get_table_names():
+        for fk in inspector.get_foreign_keys(table_name):
+            present.add((table_name, tuple(fk["constrained_columns"]), fk["referred_table"]))
+    return present
+
+
+def _is_legacy(diff: tuple[Any, ...], added: _Added | None) -> bool:
+    """A difference an adopted file may keep: a legacy column the migrations left as it was,
+    or anything in an older shape of one of upstream's application tables, which upstream's
+    own code brings up to date when it next uses that table."""
+    if added is None:
+        return False
+    column = modified_column(diff)
+    if column is not None:
+        return column[0] not in added.tables and column not in added.columns
+    table_name = _table_of(diff)
+    return table_name in APPLICATION_TABLES and table_name not in added.tables
+
+
+def _table_of(diff: tuple[Any, ...]) -> str | None:
+    action = diff[0]
+    if action in ("add_column", "remove_column"):
+        return str(diff[2])
+    if action in ("add_index", "remove_index", "add_fk", "remove_fk"):
+        return str(diff[1].table.name if "index" in action else diff[1].parent.name)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,8 +328,8 @@ def _added_by_adoption(connection: Connection) -> _Added | None:
     query = text(f"SELECT kind, table_name, name FROM {ADOPTION_TABLE}")  # noqa: S608
     added = _Added(set(), set())
     for kind, table_name, name in connection.execute(query):
-        if kind == "table":
+        if kind in ("table", "r5_table", "r6_table"):
             added.tables.add(table_name)
-        elif kind.startswith("column"):  # "column", or "column:<revision>" of later ones
+        elif kind.startswith("column") or kind == "r6_column":  # also "column:<revision>"
             added.columns.add((table_name, name))
     return added

@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
-HEAD_REVISION: Final = "0005_session_turn_leases"
+HEAD_REVISION: Final = "0006_upstream_schema30"
 VERSION_TABLE: Final = "hermes_state_alembic_version"
 #: What ``db current``, ``db check`` and ``db copy`` call a database without a revision.
 NO_REVISION: Final = "base"

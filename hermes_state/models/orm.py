@@ -10,9 +10,28 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncAttrs
 from sqlalchemy.orm import DeclarativeBase, Mapped, relationship
 
-from . import tables
+from . import tables, upstream
 
-__all__ = ["Base", "HandoffEvent", "Message", "Session", "SessionTurnLease"]
+__all__ = [
+    "AsyncDelegation",
+    "Base",
+    "CompressionLock",
+    "ConversationGeneration",
+    "DeliveryObligation",
+    "GatewayHeartbeat",
+    "GatewayHygieneState",
+    "GatewayRoute",
+    "HandoffEvent",
+    "Message",
+    "SchemaVersion",
+    "Session",
+    "SessionModelUsage",
+    "SessionTurnLease",
+    "StateMeta",
+    "SystemPrompt",
+    "TelegramDmTopicBinding",
+    "TelegramDmTopicMode",
+]
 
 
 class Base(AsyncAttrs, DeclarativeBase):
@@ -69,6 +88,37 @@ class Session(Base):
     pricing_version: Mapped[str | None]
     api_call_count: Mapped[int | None]
     last_activity_at: Mapped[float | None]
+    auto_archived: Mapped[int]
+    created_source: Mapped[str | None]
+    session_key: Mapped[str | None]
+    chat_id: Mapped[str | None]
+    chat_type: Mapped[str | None]
+    thread_id: Mapped[str | None]
+    display_name: Mapped[str | None]
+    origin_json: Mapped[str | None]
+    expiry_finalized: Mapped[int | None]
+    system_prompt_hash: Mapped[str | None]
+    cwd: Mapped[str | None]
+    git_branch: Mapped[str | None]
+    git_repo_root: Mapped[str | None]
+    git_metadata_generation: Mapped[int]
+    title_source: Mapped[str | None]
+    last_activity_description: Mapped[str | None]
+    last_activity_provenance: Mapped[str | None]
+    compression_failure_cooldown_until: Mapped[float | None]
+    compression_failure_error: Mapped[str | None]
+    compression_fallback_streak: Mapped[int]
+    compression_ineffective_count: Mapped[int]
+    compression_recovery_deadline: Mapped[float | None]
+    compression_overload_streak: Mapped[int]
+    profile_name: Mapped[str | None]
+    transport_profile: Mapped[str | None]
+    rewind_count: Mapped[int]
+    archived: Mapped[int]
+    pinned: Mapped[int]
+    hidden: Mapped[int]
+    last_read_at: Mapped[float | None]
+    tool_names: Mapped[str | None]
 
     #: The transcript, oldest first (rewound turns included: filter on ``Message.active``).
     messages: Mapped[list[Message]] = relationship(
@@ -100,10 +150,18 @@ class Message(Base):
     platform_message_id: Mapped[str | None]
     observed: Mapped[int | None]
     #: 0 for a turn the user rewound (soft-deleted): the transcript leaves it out.
-    active: Mapped[int | None]
+    active: Mapped[int]
     api_content: Mapped[str | None]
     display_kind: Mapped[str | None]
     display_metadata: Mapped[str | None]
+    _compressed_summary: Mapped[int]
+    compacted: Mapped[int]
+    display_identity: Mapped[bytes | None]
+    display_order: Mapped[int | None]
+    message_uid: Mapped[str | None]
+    absorbed_message_uids: Mapped[str | None]
+    tool_call_uids: Mapped[str | None]
+    tool_call_uid: Mapped[str | None]
 
     session: Mapped[Session] = relationship(back_populates="messages")
 
@@ -136,3 +194,196 @@ class SessionTurnLease(Base):
     holder: Mapped[str]
     acquired_at: Mapped[float]
     expires_at: Mapped[float]
+
+
+class SchemaVersion(Base):
+    """Upstream's schema version: the data migrations its store has run on this file."""
+
+    __table__ = upstream.schema_version
+    # Upstream gives the table no key; its one column serves as the ORM's identity.
+    __mapper_args__ = {"primary_key": [upstream.schema_version.c.version]}  # noqa: RUF012
+
+    version: Mapped[int]
+
+
+class SystemPrompt(Base):
+    """A system prompt, stored once and named by the SHA-256 of its text."""
+
+    __table__ = upstream.system_prompts
+
+    hash: Mapped[str]
+    prompt: Mapped[str]
+
+
+class StateMeta(Base):
+    """One of upstream's key/value bookkeeping entries."""
+
+    __table__ = upstream.state_meta
+
+    key: Mapped[str]
+    value: Mapped[str | None]
+
+
+class SessionModelUsage(Base):
+    """Token and cost totals of one session per model, billing route and task."""
+
+    __table__ = upstream.session_model_usage
+
+    session_id: Mapped[str]
+    model: Mapped[str]
+    billing_provider: Mapped[str]
+    billing_base_url: Mapped[str]
+    billing_mode: Mapped[str]
+    task: Mapped[str]
+    api_call_count: Mapped[int]
+    input_tokens: Mapped[int]
+    output_tokens: Mapped[int]
+    cache_read_tokens: Mapped[int]
+    cache_write_tokens: Mapped[int]
+    reasoning_tokens: Mapped[int]
+    estimated_cost_usd: Mapped[float]
+    actual_cost_usd: Mapped[float]
+    cost_status: Mapped[str | None]
+    cost_source: Mapped[str | None]
+    first_seen: Mapped[float | None]
+    last_seen: Mapped[float | None]
+
+
+class GatewayRoute(Base):
+    """Upstream's gateway routing entry of one conversation key (application table)."""
+
+    __table__ = upstream.gateway_routing
+
+    scope: Mapped[str]
+    session_key: Mapped[str]
+    entry_json: Mapped[str]
+    updated_at: Mapped[float]
+
+
+class GatewayHygieneState(Base):
+    """Upstream's gateway failure streak of one conversation key (application table)."""
+
+    __table__ = upstream.gateway_hygiene_state
+
+    session_key: Mapped[str]
+    failure_streak: Mapped[int]
+
+
+class ConversationGeneration(Base):
+    """Upstream's generation counter of one conversation key (application table)."""
+
+    __table__ = upstream.conversation_generations
+
+    source: Mapped[str]
+    session_key: Mapped[str]
+    generation: Mapped[int]
+
+
+class GatewayHeartbeat(Base):
+    """Upstream's liveness record of one gateway process (application table)."""
+
+    __table__ = upstream.gateway_heartbeats
+
+    backend_id: Mapped[str]
+    pid: Mapped[int]
+    started_at: Mapped[float]
+    last_heartbeat: Mapped[float]
+    profile: Mapped[str]
+    host: Mapped[str]
+
+
+class CompressionLock(Base):
+    """Upstream's lock on a session being compressed (application table)."""
+
+    __table__ = upstream.compression_locks
+
+    session_id: Mapped[str]
+    holder: Mapped[str]
+    acquired_at: Mapped[float]
+    expires_at: Mapped[float]
+
+
+class AsyncDelegation(Base):
+    """Upstream's record of a delegated background task (application table)."""
+
+    __table__ = upstream.async_delegations
+
+    delegation_id: Mapped[str]
+    origin_session: Mapped[str]
+    origin_ui_session_id: Mapped[str]
+    parent_session_id: Mapped[str | None]
+    state: Mapped[str]
+    dispatched_at: Mapped[float]
+    completed_at: Mapped[float | None]
+    updated_at: Mapped[float]
+    event_json: Mapped[str | None]
+    result_json: Mapped[str | None]
+    delivery_state: Mapped[str]
+    delivery_attempts: Mapped[int]
+    delivered_at: Mapped[float | None]
+    owner_pid: Mapped[int | None]
+    owner_started_at: Mapped[int | None]
+    task_json: Mapped[str | None]
+    delivery_claim: Mapped[str | None]
+    delivery_claimed_at: Mapped[float | None]
+    origin_session_id: Mapped[str]
+
+
+class TelegramDmTopicMode(Base):
+    """Upstream's telegram topic mode of one chat (application table)."""
+
+    __table__ = upstream.telegram_dm_topic_mode
+
+    profile_name: Mapped[str]
+    chat_id: Mapped[str]
+    user_id: Mapped[str]
+    enabled: Mapped[int]
+    activated_at: Mapped[float]
+    updated_at: Mapped[float]
+    has_topics_enabled: Mapped[int | None]
+    allows_users_to_create_topics: Mapped[int | None]
+    capability_checked_at: Mapped[float | None]
+    intro_message_id: Mapped[str | None]
+    pinned_message_id: Mapped[str | None]
+
+
+class TelegramDmTopicBinding(Base):
+    """Upstream's binding of a telegram topic to a session (application table)."""
+
+    __table__ = upstream.telegram_dm_topic_bindings
+
+    profile_name: Mapped[str]
+    chat_id: Mapped[str]
+    thread_id: Mapped[str]
+    user_id: Mapped[str]
+    session_key: Mapped[str]
+    session_id: Mapped[str]
+    managed_mode: Mapped[str]
+    linked_at: Mapped[float]
+    updated_at: Mapped[float]
+
+
+class DeliveryObligation(Base):
+    """Upstream's gateway delivery ledger entry (application table)."""
+
+    __table__ = upstream.delivery_obligations
+
+    obligation_id: Mapped[str]
+    session_key: Mapped[str]
+    platform: Mapped[str]
+    chat_id: Mapped[str]
+    thread_id: Mapped[str | None]
+    content: Mapped[str]
+    state: Mapped[str]
+    attempts: Mapped[int]
+    created_at: Mapped[float]
+    updated_at: Mapped[float]
+    owner_pid: Mapped[int | None]
+    owner_started_at: Mapped[int | None]
+    last_error: Mapped[str | None]
+    adapter_profile: Mapped[str | None]
+    delivery_fence: Mapped[int]
+    owner_installation_id: Mapped[str | None]
+    owner_host: Mapped[str | None]
+    owner_generation: Mapped[str | None]
+    lease_expires_at: Mapped[float | None]

@@ -13,6 +13,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -72,6 +73,29 @@ def _counter(name: str) -> Column[int]:
     return Column(name, Integer, nullable=True, server_default=text("0"))
 
 
+def _flag(name: str) -> Column[int]:
+    """One of upstream's later counters and 0/1 flags: NOT NULL, 0 by default."""
+    return Column(name, Integer, nullable=False, server_default=text("0"))
+
+
+#: The backends that get an index only SQLite and PostgreSQL can build (partial or on an
+#: expression); the migrations and ``db check`` read it from the index's ``info``.
+PARTIAL_INDEX_DIALECTS: Final = ("sqlite", "postgresql")
+
+
+def _embedded_and_postgresql(index: Index) -> Index:
+    index.info["dialects"] = PARTIAL_INDEX_DIALECTS
+    # (SQLAlchemy documents a tuple of dialect names here; its annotation says one name.)
+    return index.ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]
+
+
+_DISPLAYED = text("active = 1 OR compacted = 1")
+_DISPLAY_BACKFILL = text(
+    "(display_order IS NULL OR display_identity IS NULL) AND (active = 1 OR compacted = 1)"
+)
+_DISPLAYED_IDENTITY = text("display_identity IS NOT NULL AND (active = 1 OR compacted = 1)")
+
+
 # Times are epoch seconds as floats, the format existing ``state.db`` files use.
 sessions = Table(
     "sessions",
@@ -116,24 +140,89 @@ sessions = Table(
     Column("pricing_version", Text),
     _counter("api_call_count"),
     Column("last_activity_at", Double),
-    # Polling cost must follow the number of pending rows, not of sessions. SQLite and
-    # PostgreSQL get partial indexes with an equality predicate (SQLite ignores a partial
-    # index whose WHERE is an IN list when the query says "= 'pending'"); MySQL/MariaDB have
-    # no partial indexes and use the same columns as a plain composite index. The name is
-    # upstream's, so a file upstream already indexed keeps one index, not two.
-    Index(
-        "idx_sessions_handoff_pending",
-        "handoff_state",
-        "started_at",
-        sqlite_where=text("handoff_state = 'pending'"),
-        postgresql_where=text("handoff_state = 'pending'"),
-    ),
+    # The rest of upstream's schema-30 columns, with its declarations. Upstream's application
+    # writes them (gateway peers, git context, compression bookkeeping, flags); the store
+    # carries them whole. Indexed text is bounded for MySQL/MariaDB.
+    Column("created_source", String(64)),
+    Column("session_key", String(ID_LENGTH)),
+    Column("chat_id", String(ID_LENGTH)),
+    Column("chat_type", String(64)),
+    Column("thread_id", String(ID_LENGTH)),
+    Column("display_name", Text),
+    Column("origin_json", _LongText),
+    _counter("expiry_finalized"),
+    # Since upstream's schema 25 the prompt itself lives in system_prompts, by this hash.
+    # No foreign key: upstream's own column reconciler adds it without one, and SQLite can drop
+    # a column again (a downgrade) only if no foreign key names it.
+    Column("system_prompt_hash", String(64)),
+    Column("cwd", Text),
+    Column("git_branch", Text),
+    Column("git_repo_root", Text),
+    _flag("git_metadata_generation"),
+    Column("title_source", String(32)),
+    Column("last_activity_description", Text),
+    Column("last_activity_provenance", Text),
+    Column("compression_failure_cooldown_until", Double),
+    Column("compression_failure_error", Text),
+    _flag("compression_fallback_streak"),
+    _flag("compression_ineffective_count"),
+    Column("compression_recovery_deadline", Double),
+    _flag("compression_overload_streak"),
+    Column("profile_name", String(ID_LENGTH)),
+    Column("transport_profile", Text),
+    _flag("rewind_count"),
+    _flag("archived"),
+    # Written by upstream's newest code (still schema 30): archived by its idle sweep.
+    _flag("auto_archived"),
+    _flag("pinned"),
+    _flag("hidden"),
+    Column("last_read_at", Double),
+    Column("tool_names", _LongText),
+    # Upstream's indexes, under upstream's names, so an adopted file keeps one of each.
+    # Polling costs O(pending): idx_sessions_handoff_state leads with the state, so "= 'pending'
+    # ORDER BY started_at" is a range of it on every backend.
+    Index("idx_sessions_handoff_state", "handoff_state", "started_at"),
+    # Ours: the running rows a reclaim or the dashboard looks at, oldest claim first.
     Index(
         "ix_sessions_handoff_running",
         "handoff_state",
         "handoff_claimed_at",
         sqlite_where=text("handoff_state = 'running'"),
         postgresql_where=text("handoff_state = 'running'"),
+    ),
+    Index("idx_sessions_source", "source"),
+    Index("idx_sessions_source_id", "source", "id"),
+    Index("idx_sessions_parent", "parent_session_id"),
+    Index("idx_sessions_started", text("started_at DESC")),
+    Index("idx_sessions_session_key", "session_key", text("started_at DESC")),
+    Index(
+        "idx_sessions_gateway_peer",
+        "source",
+        "user_id",
+        "chat_id",
+        "chat_type",
+        "thread_id",
+        text("started_at DESC"),
+        # Within MySQL/MariaDB's 3072-byte key: prefixes of the long ids.
+        mysql_length={"user_id": 128, "chat_id": 128, "thread_id": 128},
+    ),
+    Index("idx_sessions_system_prompt_hash", "system_prompt_hash"),
+    Index("idx_sessions_tool_names", "tool_names", mysql_length={"tool_names": 255}),
+    # NULLs never collide in a UNIQUE index on any backend; the WHERE only keeps it small.
+    Index(
+        "idx_sessions_title_unique",
+        "title",
+        unique=True,
+        sqlite_where=text("title IS NOT NULL"),
+        postgresql_where=text("title IS NOT NULL"),
+        mysql_length={"title": 255},
+    ),
+    _embedded_and_postgresql(
+        Index(
+            "idx_sessions_effective_activity",
+            text("COALESCE(last_activity_at, started_at) DESC"),
+            text("started_at DESC"),
+        )
     ),
     mysql_charset="utf8mb4",
 )
@@ -164,11 +253,81 @@ messages = Table(
     Column("platform_message_id", Text),
     _counter("observed"),
     # 0 for a turn the user rewound (soft-deleted): the transcript leaves it out.
-    Column("active", Integer, nullable=True, server_default=text("1")),
+    Column("active", Integer, nullable=False, server_default=text("1")),
     Column("api_content", _LongText),
     Column("display_kind", Text),
     Column("display_metadata", _LongText),
-    Index("ix_messages_session_id_id", "session_id", "id"),
+    # Upstream's later message columns: summaries written by compression, compacted turns kept
+    # for display, and the display order its triggers maintain.
+    _flag("_compressed_summary"),
+    _flag("compacted"),
+    Column("display_identity", LargeBinary),
+    Column("display_order", Integer),
+    # Written by upstream's newest code (still schema 30): a message's stable identity, the
+    # identities a merged message absorbed (a JSON list), its tool calls' identities (a JSON
+    # object) and, on a tool result, the identity of the call it answers.
+    Column("message_uid", String(64)),
+    Column("absorbed_message_uids", _LongText),
+    Column("tool_call_uids", _LongText),
+    Column("tool_call_uid", String(64)),
+    Index("idx_messages_session_id", "session_id", "id"),
+    Index("idx_messages_session", "session_id", "timestamp"),
+    Index("idx_messages_session_active", "session_id", "active", "timestamp"),
+    Index(
+        "idx_messages_platform_msg_id",
+        "session_id",
+        "platform_message_id",
+        sqlite_where=text("platform_message_id IS NOT NULL"),
+        postgresql_where=text("platform_message_id IS NOT NULL"),
+        mysql_length={"platform_message_id": 255},
+    ),
+    # Partial indexes of upstream's read paths: where a backend has no partial indexes they
+    # would be whole-table indexes nobody reads, so only SQLite and PostgreSQL get them.
+    _embedded_and_postgresql(
+        Index(
+            "idx_messages_active_null",
+            "active",
+            sqlite_where=text("active IS NULL"),
+            postgresql_where=text("active IS NULL"),
+        )
+    ),
+    _embedded_and_postgresql(
+        Index(
+            "idx_messages_assistant_calls_by_session",
+            "session_id",
+            sqlite_where=text("role = 'assistant' AND tool_calls IS NOT NULL"),
+            postgresql_where=text("role = 'assistant' AND tool_calls IS NOT NULL"),
+        )
+    ),
+    _embedded_and_postgresql(
+        Index(
+            "idx_messages_display_backfill",
+            "session_id",
+            sqlite_where=_DISPLAY_BACKFILL,
+            postgresql_where=_DISPLAY_BACKFILL,
+        )
+    ),
+    _embedded_and_postgresql(
+        Index(
+            "idx_messages_display_identity",
+            "session_id",
+            "display_identity",
+            "display_order",
+            sqlite_where=_DISPLAYED_IDENTITY,
+            postgresql_where=_DISPLAYED_IDENTITY,
+        )
+    ),
+    _embedded_and_postgresql(
+        Index(
+            "idx_messages_display_page",
+            "session_id",
+            "display_order",
+            text("active DESC"),
+            text("id DESC"),
+            sqlite_where=_DISPLAYED,
+            postgresql_where=_DISPLAYED,
+        )
+    ),
     mysql_charset="utf8mb4",
 )
 
@@ -209,6 +368,7 @@ session_turn_leases = Table(
     Column("holder", String(ID_LENGTH), nullable=False),
     Column("acquired_at", Double, nullable=False),
     Column("expires_at", Double, nullable=False),
+    Index("idx_session_turn_leases_expires", "expires_at"),
     mysql_charset="utf8mb4",
 )
 
