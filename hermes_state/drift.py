@@ -4,6 +4,7 @@ comparison rules migrations/env.py also uses), and ``db check``'s comparison its
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import warnings
 from collections.abc import Iterator
@@ -64,6 +65,18 @@ def include_object(
     return True
 
 
+def _include_on(
+    dialect_name: str, obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """:func:`include_object` on one backend: an index the models build only elsewhere (a
+    partial or expression index where the backend has none) is not missing here."""
+    if type_ == "index" and not reflected and compare_to is None:
+        dialects = obj.info.get("dialects")
+        if dialects is not None and dialect_name not in dialects:
+            return False
+    return include_object(obj, name, type_, reflected, compare_to)
+
+
 def _has_expressions(index: Any) -> bool:
     from sqlalchemy import Column
 
@@ -108,7 +121,7 @@ def context_options(dialect_name: str) -> dict[str, Any]:
     """
     return {
         "compare_type": compare_type,
-        "include_object": include_object,
+        "include_object": functools.partial(_include_on, dialect_name),
         "version_table": VERSION_TABLE,
         "render_as_batch": True,
         "transactional_ddl": dialect_name == "sqlite" or None,

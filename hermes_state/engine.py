@@ -9,6 +9,7 @@ import random
 import re
 import select
 import sqlite3
+import stat
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -29,10 +30,15 @@ if TYPE_CHECKING:
 from .errors import DatabaseBusyError, InvalidInputError, InvalidInputTypeError
 
 __all__ = [
+    "DB_FILE_MODE",
+    "JOURNAL_SIZE_LIMIT",
     "READ_ONLY",
     "Patience",
+    "connect_for_reading",
     "default_db_path",
     "describe",
+    "dispose",
+    "dispose_async",
     "hermes_home",
     "is_sqlite",
     "make_async_engine",
@@ -56,6 +62,19 @@ BUSY_TIMEOUT_MS: Final = 250
 _EXECUTION_OPTIONS: Final = {"preserve_rowcount": True}
 #: Execution option for SQLite connections whose transactions only read (plain deferred BEGIN).
 READ_ONLY: Final = "hermes_state_read_only"
+#: ``PRAGMA journal_size_limit`` on every writable SQLite connection, in bytes (upstream
+#: hermes' value). SQLite's default keeps a checkpointed WAL (or a persisted rollback journal)
+#: at the size of the largest transaction it ever held; with a limit it is cut back to this.
+JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
+#: The permissions of an SQLite file hermes-state writes, and of its ``-wal`` and ``-shm``
+#: files: its owner's only. (SQLite gives the files it creates beside a database the
+#: database's own mode.)
+DB_FILE_MODE: Final = 0o600
+_SIDE_FILES: Final = ("-wal", "-shm")
+#: The journal modes ``make_engine(journal_mode=...)`` can ask for.
+_JOURNAL_MODES: Final = frozenset({"wal"})
+#: In a pooled SQLite connection's ``info``: it may write (its engine is not read-only).
+_WRITABLE: Final = "hermes_state_writable"
 
 # The drivers hermes-state installs, per backend: for the synchronous engine and for asyncio.
 # A URL may name either; each engine takes its own twin, and a URL without a driver gets the
@@ -188,6 +207,92 @@ def _prepare_sqlite_path(url: URL) -> None:
             ) from None
 
 
+def _side_files(path: Path) -> tuple[Path, ...]:
+    return tuple(path.with_name(path.name + suffix) for suffix in _SIDE_FILES)
+
+
+def _create_private(path: Path) -> None:
+    """Create the absent database file, empty and :data:`DB_FILE_MODE`, whatever the umask.
+
+    ``mknod`` makes the file without opening it; where it is refused (macOS allows it to root
+    only) an exclusive create opens it instead, a descriptor of a brand-new inode, on which no
+    connection of this process can hold a lock yet. Anything else that fails is left to
+    SQLite's own open to report.
+    """
+    try:
+        os.mknod(path, stat.S_IFREG | DB_FILE_MODE)
+    except FileExistsError:
+        return
+    except (OSError, AttributeError):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            os.close(os.open(path, flags, DB_FILE_MODE))
+        except OSError:
+            return
+    with contextlib.suppress(OSError):
+        os.chmod(path, DB_FILE_MODE)  # exactly, should the umask have taken the owner's bits
+
+
+def _secure_sqlite_files(path: Path) -> None:
+    """Before a writable connection opens ``path``: create it private when it is absent, and
+    take every permission beyond :data:`DB_FILE_MODE` from it and its ``-wal``/``-shm``.
+
+    Only ``chmod(2)`` on the path, never a descriptor (see :func:`_prepare_sqlite_path`: closing
+    one would drop the POSIX locks of this process's live connections). A symlink, a folder or
+    any other file that is not a regular one is left as it is, as is a file this process may
+    not change (not its owner's).
+    """
+    if os.name == "nt":
+        return
+    if not os.path.lexists(path):
+        _create_private(path)
+    for candidate in (path, *_side_files(path)):
+        try:
+            status = os.lstat(candidate)
+        except OSError:
+            continue
+        if not stat.S_ISREG(status.st_mode):
+            continue
+        current = stat.S_IMODE(status.st_mode)
+        if current & ~DB_FILE_MODE:
+            with contextlib.suppress(OSError):
+                os.chmod(candidate, current & DB_FILE_MODE)
+
+
+def _may_write(path: Path) -> bool:
+    """Whether this process may write the file, its folder and the -wal/-shm beside it (a
+    read-only mount refuses even root)."""
+    present = [side for side in _side_files(path) if os.path.lexists(side)]
+    return all(os.access(candidate, os.W_OK) for candidate in (path, path.parent, *present))
+
+
+def _reading_uri(path: str) -> str:
+    """The SQLite URI a connection that only reads opens ``path`` with (it never creates it).
+
+    A file this process may write is opened read-write, its connections made read-only with
+    ``PRAGMA query_only``: SQLite removes the -wal and -shm of a WAL database when its last
+    connection closes, unless that connection is a read-only one, which cannot, so every
+    read-only open that came last left them behind. A file it may not write opens read-only.
+    """
+    if _may_write(Path(path)):
+        return f"file:{urllib.parse.quote(path)}?mode=rw"
+    return read_only_file_uri(path)
+
+
+def connect_for_reading(path: str) -> sqlite3.Connection:
+    """A plain ``sqlite3`` connection to an existing file that cannot write to it (``PRAGMA
+    query_only``, or SQLite's read-only mode where the file is not ours to write), never
+    creates it and leaves its journal mode and permissions alone."""
+    connection = sqlite3.connect(_reading_uri(path), uri=True)
+    try:
+        connection.execute("PRAGMA query_only = ON")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
 def read_only_file_uri(path: str) -> str:
     """The SQLite URI that opens ``path`` read-only: SQLite itself refuses any write, and
     never creates the file."""
@@ -196,30 +301,52 @@ def read_only_file_uri(path: str) -> str:
 
 def _read_only_url(url: URL) -> URL:
     assert url.database is not None
-    uri = read_only_file_uri(url.database)
+    uri = _reading_uri(url.database)
     database, _, query = uri.partition("?")
     return url.set(database=database, query={**dict(urllib.parse.parse_qsl(query)), "uri": "true"})
 
 
 def _install_sqlite_listeners(
-    engine: Engine, *, enforce_foreign_keys: bool, read_only: bool = False
+    engine: Engine,
+    *,
+    enforce_foreign_keys: bool,
+    read_only: bool = False,
+    journal_mode: str | None = None,
 ) -> None:
     """Pragmas on every new connection, and ``BEGIN IMMEDIATE`` for write transactions.
 
     Follows SQLAlchemy's pysqlite recipe: the driver's own transaction handling is switched off
     so the BEGIN we emit is the one that runs. Listeners attach to this engine only. A
-    read-only engine leaves the journal mode alone: switching it is a write.
+    read-only engine's connections refuse writes (``query_only``) and change nothing: not the
+    journal mode (switching it is a write), not the file's permissions. A writable one secures
+    the files first (:func:`_secure_sqlite_files`) and keeps the journal mode the file has,
+    unless it is new (:func:`_settle_journal_mode`).
     """
+    database = engine.url.database
+    assert database is not None
+    path = Path(database)
+
+    if not read_only:
+
+        @event.listens_for(engine, "do_connect")
+        def _before_connect(*_args: Any) -> None:
+            _secure_sqlite_files(path)
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    def _on_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if not read_only:
-                cursor.execute("PRAGMA journal_mode = WAL")
-                cursor.execute("PRAGMA synchronous = NORMAL")
+            if read_only:
+                cursor.execute("PRAGMA query_only = ON")
+            else:
+                mode = _settle_journal_mode(cursor, journal_mode)
+                # NORMAL is durable enough in WAL (a commit may be lost to a power cut, never
+                # the file); a rollback journal needs FULL for that, SQLite's own default.
+                cursor.execute(f"PRAGMA synchronous = {'NORMAL' if mode == 'wal' else 'FULL'}")
+                cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+                record.info[_WRITABLE] = True
             cursor.execute(f"PRAGMA foreign_keys = {'ON' if enforce_foreign_keys else 'OFF'}")
         finally:
             cursor.close()
@@ -230,12 +357,48 @@ def _install_sqlite_listeners(
         connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
 
 
-def make_engine(url: URL, *, enforce_foreign_keys: bool = True, read_only: bool = False) -> Engine:
+#: Any table of a database's own (SQLite's internal ones do not count): a file without one is
+#: new, whoever made it (see ``schema.FileKind``).
+_ANY_TABLE: Final = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' "
+    "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' LIMIT 1"
+)
+
+
+def _settle_journal_mode(cursor: Any, wanted: str | None) -> str:
+    """The journal mode a writable connection works in: WAL for a new file (empty, or without a
+    table: one hermes-state creates, through whichever of its engines connects first) or when
+    asked for; otherwise the one the file has, since its owner may have chosen it (a rollback
+    journal on a file system where WAL is unsafe)."""
+    mode = str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    if mode == "wal":
+        return mode
+    if wanted == "wal" or cursor.execute(_ANY_TABLE).fetchone() is None:
+        mode = str(cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+    return mode
+
+
+def make_engine(
+    url: URL,
+    *,
+    enforce_foreign_keys: bool = True,
+    read_only: bool = False,
+    journal_mode: str | None = None,
+) -> Engine:
     """A synchronous engine configured for hermes-state (see the module docstring).
 
-    ``read_only`` opens an SQLite file in SQLite's read-only mode (it must exist); on a server
-    it changes nothing, the commands that ask for it only read.
+    ``read_only`` opens an SQLite file (it must exist) with connections SQLite refuses any write
+    on; on a server it changes nothing, the commands that ask for it only read.
+    ``journal_mode="wal"`` switches an existing SQLite file to WAL; by default only a new one
+    is, and an existing file keeps its journal mode. Servers ignore it.
     """
+    if journal_mode is not None and journal_mode not in _JOURNAL_MODES:
+        raise InvalidInputError(
+            f"journal_mode must be one of {', '.join(sorted(_JOURNAL_MODES))} or None, "
+            f"not {journal_mode!r}"
+        )
+    if read_only and journal_mode is not None:
+        raise InvalidInputError("a read-only engine cannot change the journal mode")
     url = with_driver(url, asyncio=False)
     if is_sqlite(url):
         if sqlite3.sqlite_version_info < (3, 35):
@@ -252,7 +415,10 @@ def make_engine(url: URL, *, enforce_foreign_keys: bool = True, read_only: bool 
             execution_options=_EXECUTION_OPTIONS,
         )
         _install_sqlite_listeners(
-            engine, enforce_foreign_keys=enforce_foreign_keys, read_only=read_only
+            engine,
+            enforce_foreign_keys=enforce_foreign_keys,
+            read_only=read_only,
+            journal_mode=journal_mode,
         )
         return engine
     if url.get_backend_name() == "postgresql":

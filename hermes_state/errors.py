@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import enum
 import errno
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
@@ -360,6 +361,68 @@ def is_retryable(exc: BaseException) -> bool:
     return any(marker in message for marker in _CONTENTION_MARKERS)
 
 
+#: Upstream's UNIQUE index on ``sessions.title`` (the models declare it under this name).
+TITLE_INDEX: Final = "idx_sessions_title_unique"
+#: SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY's shared primary code.
+_SQLITE_CONSTRAINT: Final = 19
+
+
+def _duplicate_title(driver: BaseException, said: _Said, message: str) -> bool:
+    """Whether the driver error is a second session with a title already taken: classified by
+    the driver's code first, then by which index it names."""
+    if said.backend == "sqlite":
+        code = getattr(driver, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF != _SQLITE_CONSTRAINT:
+            return False
+        return "unique constraint failed: sessions.title" in message.lower()
+    if said.backend == "postgresql":
+        if said.code != "23505":  # unique_violation
+            return False
+        diag = getattr(driver, "diag", None)  # psycopg
+        constraint = getattr(diag, "constraint_name", None) or getattr(
+            driver,
+            "constraint_name",
+            None,  # asyncpg
+        )
+        return constraint == TITLE_INDEX if constraint else TITLE_INDEX in message
+    if said.backend == "mysql":
+        # ER_DUP_ENTRY: "Duplicate entry '...' for key '[sessions.]idx_sessions_title_unique'".
+        return said.code == 1062 and f"{TITLE_INDEX}'" in message
+    return False
+
+
+def _title_of(exc: BaseException, driver: BaseException, message: str) -> str | None:
+    """The title that clashed: from the statement's parameters (SQLAlchemy's, or those of the
+    plan step that ran, for runners that send statements to the driver themselves), else from
+    PostgreSQL's detail or MySQL's message (which the server may have re-encoded)."""
+    params = getattr(exc, "params", None)
+    if isinstance(params, Mapping) and isinstance(params.get("title"), str):
+        return str(params["title"])
+    frame = exc.__traceback__
+    while frame is not None:
+        step_params = getattr(frame.tb_frame.f_locals.get("step"), "params", None)
+        if isinstance(step_params, Mapping) and isinstance(step_params.get("title"), str):
+            return str(step_params["title"])
+        frame = frame.tb_next
+    detail = getattr(getattr(driver, "diag", None), "message_detail", None) or getattr(
+        driver, "detail", None
+    )
+    found = re.search(r"Key \(title\)=\((.*)\) already exists", str(detail or message), re.S)
+    if found:
+        return found.group(1)
+    found = re.search(r"Duplicate entry '(.*)' for key", message, re.S)
+    return found.group(1) if found else None
+
+
+def _title_taken(exc: BaseException, driver: BaseException, message: str) -> InvalidInputError:
+    title = _title_of(exc, driver, message)
+    named = "this title" if title is None else f"the title {title!r}"
+    return InvalidInputError(
+        f"another session already has {named}: session titles are unique "
+        f"(upstream's {TITLE_INDEX}); choose another title or leave it unset"
+    )
+
+
 def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
     """Map a driver or SQLAlchemy error to the package's hierarchy; None when it is not one.
 
@@ -377,6 +440,8 @@ def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
     if said is None:
         return None
     message = str(driver).strip()
+    if _duplicate_title(driver, said, message):
+        return _title_taken(exc, driver, message)
     kind = said.kind or _kind_from_message(message.lower())
     kept = said.kept()
     if kind is _Kind.CORRUPT:

@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable
 
+from . import content as server_content
 from . import statements
 from .errors import (
     ConcurrentChangeError,
@@ -301,8 +302,32 @@ def _decoded_json(text: Any, fallback: Any) -> Any:
         return fallback
 
 
-def _transcript_entry(row: Row) -> Row:
+#: Upstream's mark for multimodal content (a list of parts, or a dict) stored as text:
+#: ``"\x00json:" + json.dumps(value)``.
+MULTIMODAL_PREFIX = "\x00json:"
+#: The same mark as a server holds it (:mod:`hermes_state.content`: the NUL is U+FFFF there).
+_SERVER_MULTIMODAL_PREFIX = server_content.NUL_MARKER + MULTIMODAL_PREFIX[1:]
+
+
+def decoded_content(value: Any, *, server: bool = False) -> Any:
+    """Message content as upstream's ``get_messages`` returns it: multimodal content stored
+    with upstream's prefix becomes the list (or dict) it encodes; anything else, and a prefix
+    followed by invalid JSON, is returned as stored. ``server``: read from PostgreSQL or
+    MySQL/MariaDB, which may hold the prefix in its server form (or, on MySQL, as it is)."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(MULTIMODAL_PREFIX):
+        encoded = value[len(MULTIMODAL_PREFIX) :]
+    elif server and value.startswith(_SERVER_MULTIMODAL_PREFIX):
+        encoded = value[len(_SERVER_MULTIMODAL_PREFIX) :]
+    else:
+        return value
+    return _decoded_json(encoded, value)
+
+
+def _transcript_entry(row: Row, server: bool = False) -> Row:
     """A message as upstream's ``get_messages`` returns it: every column, JSON decoded."""
+    row["content"] = decoded_content(row.get("content"), server=server)
     for name in _INTERNAL_MESSAGE_COLUMNS:
         row.pop(name, None)
     if row.pop("_compressed_summary", None):
@@ -315,9 +340,10 @@ def _transcript_entry(row: Row) -> Row:
     return row
 
 
-def _transcript(_caps: Capabilities, params: Mapping[str, Any]) -> Body[list[Row]]:
+def _transcript(caps: Capabilities, params: Mapping[str, Any]) -> Body[list[Row]]:
     outcome = yield Step(statements.get_messages(), params)
-    return [_transcript_entry(row) for row in outcome.rows]
+    server = caps.name != "sqlite"
+    return [_transcript_entry(row, server) for row in outcome.rows]
 
 
 def _move(
@@ -683,7 +709,7 @@ def _transcripts(caps: Capabilities, ids: list[str]) -> Body[dict[str, list[Row]
         return found
     outcome = yield Step(statements.get_transcripts(caps.name == "postgresql"), {"ids": ids})
     for row in outcome.rows:
-        found[row["session_id"]].append(_transcript_entry(row))
+        found[row["session_id"]].append(_transcript_entry(row, server=True))
     return found
 
 

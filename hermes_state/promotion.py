@@ -12,9 +12,18 @@ Before anything is written, the source rows are checked against the target's con
 NULL, string lengths, types): a row the target cannot take refuses the whole copy, naming table,
 column and row count; ``fills`` supply values for NULLs.
 
-Not carried, because they are derived or bookkeeping (:class:`SkippedTable` says why for each):
-SQLite FTS5 virtual tables and their shadow tables, ``sqlite_sequence``, and the version and
-adoption tables of hermes-state itself (the target keeps its own).
+Every table of the models is carried, and so is any other table the source has (primary data
+the models do not know). Not carried, because they are derived or bookkeeping
+(:class:`SkippedTable` says why for each, with ``derived`` set): the full-text index of
+:mod:`hermes_state.search_index` (its FTS virtual tables, their shadow tables and its views),
+``sqlite_sequence``, and the version and adoption tables of hermes-state itself (the target
+keeps its own). When the target is SQLite and has the full-text index, it is rebuilt from the
+copied messages once the rows are in. A virtual table the models do not know (another FTS
+index, an R-tree) is neither copied nor derived: it is the one kind of ``SkippedTable`` that
+is not ``derived``, so the summary lists it.
+
+Upstream's multimodal content (text starting with NUL) is written to a server in the
+reversible form of :mod:`hermes_state.content` and read back from one into upstream's form.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import contextlib
 import re
 import sqlite3
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +68,7 @@ from sqlalchemy.schema import DefaultClause, SchemaItem
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import NullType, TypeEngine
 
+from . import content, search_index
 from .drift import sqlite_affinity
 from .engine import READ_ONLY, describe, is_sqlite, make_engine, read_only_file_uri, resolve_url
 from .errors import (
@@ -67,7 +78,7 @@ from .errors import (
     InvalidInputError,
     translated,
 )
-from .models import ID_LENGTH, handoff_events, messages, sessions, table_options
+from .models import ID_LENGTH, handoff_events, messages, metadata, sessions, table_options
 from .notify import database_key
 from .schema import (
     ADOPTION_TABLE,
@@ -97,12 +108,23 @@ __all__ = [
     "portable_type",
 ]
 
-#: Copied first, in this order (messages reference sessions); every other table follows.
+#: Copied first, in this order (messages reference sessions), then the other modelled tables
+#: (in the models' dependency order); every other table follows.
 MODELLED_TABLES: Final = (sessions.name, messages.name, handoff_events.name)
+#: The modelled tables beyond those: every table of the models is carried.
+OTHER_MODELLED_TABLES: Final = tuple(
+    table.name for table in metadata.sorted_tables if table.name not in MODELLED_TABLES
+)
+#: messages columns that may hold upstream's NUL-prefixed content (see hermes_state.content).
+ENCODED_CONTENT: Final = {messages.name: ("content", "api_content")}
 DEFAULT_BATCH: Final = 2000
 CONFLICTS_SHOWN: Final = 10
 #: The shadow tables SQLite's FTS5 keeps beside each virtual table.
 FTS5_SHADOW_SUFFIXES: Final = ("_data", "_idx", "_content", "_docsize", "_config")
+#: ... and those of FTS3/FTS4 (upstream's oldest files may have such an index).
+FTS4_SHADOW_SUFFIXES: Final = ("_content", "_segments", "_segdir", "_docsize", "_stat")
+#: The virtual tables of the full-text index (derived from messages, rebuilt on SQLite).
+SEARCH_TABLES: Final = frozenset(name for kind, name in search_index.OBJECTS if kind == "table")
 _MYSQL: Final = ("mysql", "mariadb")
 
 Progress = Callable[[str, int, int], None]
@@ -132,10 +154,14 @@ class Fill:
 
 @dataclass(frozen=True, slots=True)
 class SkippedTable:
-    """A source table that is not copied, and how the target gets it back (if it needs to)."""
+    """A source table that is not copied, and how the target gets it back (if it needs to).
+
+    ``derived``: the target rebuilds or keeps its own (the full-text index, SQLite's counters,
+    hermes-state's bookkeeping), so nothing is lost; the summary does not list those."""
 
     table: str
     reason: str
+    derived: bool = False
 
 
 @dataclass
@@ -158,6 +184,8 @@ class CopyReport:
     target: str
     tables: list[TableReport]
     skipped: list[SkippedTable] = field(default_factory=list)
+    #: the target is SQLite with a full-text index, rebuilt from its messages after the copy
+    fts_rebuilt: bool = False
 
     @property
     def copied(self) -> int:
@@ -257,6 +285,8 @@ class _Carried:
     planned: Table | None = None  # what the target table is or will be, for the pre-flight
     create: bool = False
     add: list[Column[Any]] = field(default_factory=list)
+    #: column name -> what a source value becomes on the target (content's NUL encoding)
+    convert: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -265,6 +295,17 @@ class _Carried:
     @property
     def keys(self) -> list[str]:
         return [column.name for column in self.columns if column.key]
+
+
+#: Upstream's idx_sessions_effective_activity is on an expression, which SQLAlchemy's
+#: reflection skips (indexes are not carried) with a warning each time it reflects sessions.
+_EXPRESSION_INDEX_WARNING: Final = "Skipped unsupported reflection of expression"
+
+
+def _reflected(name: str, metadata: MetaData, connection: Connection) -> Table:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_EXPRESSION_INDEX_WARNING)
+        return _reals_as_floats(Table(name, metadata, autoload_with=connection, resolve_fks=False))
 
 
 def _plan(reading: Connection) -> tuple[list[_Carried], list[SkippedTable]]:
@@ -278,39 +319,61 @@ def _plan(reading: Connection) -> tuple[list[_Carried], list[SkippedTable]]:
             "WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
         )
         for virtual, sql in reading.exec_driver_sql(query):
-            derived.add(virtual)
-            module = re.search(r"USING\s+(\w+)", sql or "", re.IGNORECASE)
-            skipped.append(
-                SkippedTable(
-                    virtual,
-                    f"{module.group(1).upper() if module else 'virtual'} index derived from "
-                    "messages: a server has none; on a SQLite file hermes recreates it and its "
-                    "triggers on open, and its FTS rebuild refills it from messages",
-                )
+            derived.add(virtual)  # never carried: a virtual table's rows live in its module
+            found = re.search(r"USING\s+(\w+)", sql or "", re.IGNORECASE)
+            module = found.group(1).upper() if found else "VIRTUAL"
+            # The full-text index of messages (ours, or an older upstream layout of it).
+            ours = virtual in SEARCH_TABLES or (
+                virtual.startswith("messages_fts") and module.startswith("FTS")
             )
-            for suffix in FTS5_SHADOW_SUFFIXES:
+            if ours:
+                reason = (
+                    f"{module} index derived from messages: a server has none; on a SQLite "
+                    "file hermes recreates it and its triggers on open, and its FTS rebuild "
+                    "refills it from messages"
+                )
+            else:
+                reason = (
+                    f"{module} virtual table the models do not know: its rows cannot be read "
+                    "as a table's; recreate it on the target if it is needed"
+                )
+            skipped.append(SkippedTable(virtual, reason, derived=ours))
+            suffixes: tuple[str, ...] = ()
+            if module.startswith("FTS"):
+                suffixes = FTS5_SHADOW_SUFFIXES if module == "FTS5" else FTS4_SHADOW_SUFFIXES
+            for suffix in suffixes:
                 if virtual + suffix in names:
                     derived.add(virtual + suffix)
                     skipped.append(
-                        SkippedTable(virtual + suffix, f"FTS5 shadow table of {virtual}")
+                        SkippedTable(
+                            virtual + suffix, f"{module} shadow table of {virtual}", derived=ours
+                        )
                     )
         counters = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'"
         if reading.exec_driver_sql(counters).first() is not None:
             skipped.append(
                 SkippedTable(
-                    "sqlite_sequence", "SQLite's AUTOINCREMENT counters; each target keeps its own"
+                    "sqlite_sequence",
+                    "SQLite's AUTOINCREMENT counters; each target keeps its own",
+                    derived=True,
                 )
             )
     for bookkeeping in (VERSION_TABLE, ADOPTION_TABLE):
         if bookkeeping in names:
             derived.add(bookkeeping)
             skipped.append(
-                SkippedTable(bookkeeping, "hermes-state bookkeeping; the target keeps its own")
+                SkippedTable(
+                    bookkeeping, "hermes-state bookkeeping; the target keeps its own", derived=True
+                )
             )
     carried_names = [name for name in names if name not in derived]
     metadata = MetaData()
-    metadata.reflect(bind=reading, only=carried_names, resolve_fks=False)
-    order = {name: position for position, name in enumerate(MODELLED_TABLES)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_EXPRESSION_INDEX_WARNING)
+        metadata.reflect(bind=reading, only=carried_names, resolve_fks=False)
+    order = {
+        name: position for position, name in enumerate(MODELLED_TABLES + OTHER_MODELLED_TABLES)
+    }
     dependency_order = {table.name: n for n, table in enumerate(metadata.sorted_tables)}
     carried_names.sort(key=lambda name: (order.get(name, len(order)), dependency_order[name]))
     carried = [_carried(reading, metadata.tables[name]) for name in carried_names]
@@ -373,8 +436,23 @@ def _planned(
     reading.rollback()
     for carried in plan:
         _shape(target, carried)
+        carried.convert = _conversions(carried, reading.dialect, target.dialect)
     target.rollback()
     return plan, skipped, _resolve_fills(fills, plan, target.dialect)
+
+
+def _conversions(
+    carried: _Carried, source: Dialect, target: Dialect
+) -> dict[str, Callable[[Any], Any]]:
+    """What the source values of a table's columns become on the target: upstream's
+    NUL-prefixed content is encoded on the way to a server and decoded on the way back (a
+    copy between two SQLite files, or two servers, carries it as it is)."""
+    names = [name for name in ENCODED_CONTENT.get(carried.name, ()) if name in carried.source.c]
+    if source.name == "sqlite" and target.name != "sqlite":
+        return dict.fromkeys(names, content.to_server)
+    if source.name != "sqlite" and target.name == "sqlite":
+        return dict.fromkeys(names, content.from_server)
+    return {}
 
 
 def _shape(writing: Connection, carried: _Carried) -> None:
@@ -382,9 +460,7 @@ def _shape(writing: Connection, carried: _Carried) -> None:
     dialect = writing.dialect
     metadata = MetaData()
     if inspect(writing).has_table(carried.name):
-        existing = _reals_as_floats(
-            Table(carried.name, metadata, autoload_with=writing, resolve_fks=False)
-        )
+        existing = _reflected(carried.name, metadata, writing)
         for column in carried.columns:
             if column.name in existing.c:
                 continue
@@ -435,9 +511,7 @@ def _apply_shape(writing: Connection, carried: _Carried) -> None:
         operations = Operations(MigrationContext.configure(writing))
         for column in carried.add:
             operations.add_column(carried.name, column)
-    carried.target = _reals_as_floats(
-        Table(carried.name, MetaData(), autoload_with=writing, resolve_fks=False)
-    )
+    carried.target = _reflected(carried.name, MetaData(), writing)
 
 
 def _reals_as_floats(table: Table) -> Table:
@@ -643,6 +717,7 @@ def copy_database(
                 assert carried.target is not None
                 table_report.target_rows = _count(writing, carried.target)
             writing.commit()
+            fts_rebuilt = _rebuild_search(writing)
     except (CopyRefusedError, InvalidInputError):
         refused = True
         raise
@@ -652,9 +727,32 @@ def copy_database(
         if refused and new_file is not None:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{new_file}{suffix}").unlink(missing_ok=True)
-    copied = CopyReport(describe(source_url), describe(target_url), reports, skipped)
+    copied = CopyReport(
+        describe(source_url), describe(target_url), reports, skipped, fts_rebuilt=fts_rebuilt
+    )
     _verify(copied)
     return copied
+
+
+def _rebuild_search(writing: Connection) -> bool:
+    """On an SQLite target with the full-text index: refill it from the copied messages.
+
+    The rows went in with the index's triggers active, so each new message was indexed once
+    as it arrived; but rows a trigger skipped (upstream's backfill window, carried in
+    ``state_meta``) or overwrote (``--force``) may leave it behind. FTS5's ``rebuild`` of an
+    external-content table drops the whole index and reads every row again: the index ends
+    exactly as its sources, whatever happened during the copy (and a rerun rebuilds again).
+    """
+    if writing.dialect.name != "sqlite" or not search_index.present(writing):
+        writing.rollback()
+        return False
+    trigram = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts_trigram'"
+    if writing.exec_driver_sql(trigram).first() is not None:
+        search_index.rebuild(writing)
+    else:  # an older upstream layout, words only
+        writing.exec_driver_sql("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+    writing.commit()
+    return True
 
 
 def _check_pair(source_url: Any, target_url: Any, batch_size: int) -> None:
@@ -879,9 +977,14 @@ class _Rows:
             ]
         self.key_positions = [self.names.index(name) for name in carried.keys]
         self.fills = [(self.names.index(name), value) for name, value in fills.items()]
+        self.converts = [
+            (self.names.index(name), convert) for name, convert in carried.convert.items()
+        ]
 
     def prepare(self, row: Sequence[Any]) -> tuple[Any, ...]:
         values = list(row)
+        for position, convert in self.converts:
+            values[position] = convert(values[position])
         for position, value in self.fills:
             if values[position] is None:
                 values[position] = value

@@ -54,6 +54,7 @@ from .models import (
     messages,
     session_turn_leases,
     sessions,
+    system_prompts,
 )
 
 __all__ = [
@@ -107,6 +108,7 @@ __all__ = [
     "renew_leases_json",
     "request_handoff",
     "running_by_owner",
+    "session_columns",
     "state_is",
     "turn_lease_holder",
 ]
@@ -148,6 +150,35 @@ MESSAGE_FIELDS = (
 _c = sessions.c
 #: The PostgreSQL NOTIFY channel on which ``request_handoff`` wakes watchers.
 HANDOFF_CHANNEL = "hermes_state_handoffs"
+
+
+def _resolved_system_prompt() -> ColumnElement[Any]:
+    """``system_prompt`` as upstream reads it: since its schema 25 the text lives in
+    ``system_prompts`` under ``system_prompt_hash``; a row without a hash (or whose hash has no
+    prompt) keeps its inline ``system_prompt``. Correlated to ``sessions`` explicitly, so the
+    same expression serves a SELECT and an ``UPDATE ... RETURNING`` (SQLite and PostgreSQL
+    allow subqueries there)."""
+    by_hash = (
+        select(system_prompts.c.prompt)
+        .where(system_prompts.c.hash == _c.system_prompt_hash)
+        .correlate(sessions)
+        .scalar_subquery()
+    )
+    return func.coalesce(by_hash, _c.system_prompt, type_=_c.system_prompt.type).label(
+        "system_prompt"
+    )
+
+
+def session_columns() -> tuple[ColumnElement[Any], ...]:
+    """What every read of a whole session row selects (or returns): the table's columns in
+    their order, ``system_prompt`` resolved through ``system_prompts`` (the name kept)."""
+    return _SESSION_COLUMNS
+
+
+#: Built once: the statements below embed it, and their builders are cached.
+_SESSION_COLUMNS: Final[tuple[ColumnElement[Any], ...]] = tuple(
+    _resolved_system_prompt() if column.name == "system_prompt" else column for column in _c
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,10 +247,14 @@ def insert_session(dialect_name: str) -> Insert:
         stmt = postgresql.insert(sessions).values(values)
         return stmt.on_conflict_do_nothing(index_elements=["id"])
     if dialect_name in ("mysql", "mariadb"):
-        from sqlalchemy.dialects import mysql
-
-        stmt_my = mysql.insert(sessions).values(values)
-        return stmt_my.on_duplicate_key_update(id=stmt_my.inserted.id)
+        # Not ON DUPLICATE KEY UPDATE: that would also swallow a clash on another unique key
+        # (upstream's idx_sessions_title_unique), silently creating nothing. Only an existing
+        # id is skipped; a duplicate title fails with 1062 (translated in errors.py).
+        names = ("id", "source", *SESSION_FIELDS)
+        row = select(*(bindparam(name, type_=_c[name].type) for name in names)).where(
+            ~exists().where(_c.id == bindparam("id"))
+        )
+        return sessions.insert().from_select(names, row)
     raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
 
 
@@ -616,7 +651,7 @@ def claim_pending_statement(by_platform: bool) -> Select[Any]:
         sessions.update()
         .where(_c.id == any_(chosen))
         .values(**_claimed_values())
-        .returning(*sessions.c)
+        .returning(*session_columns())
         .cte("moved")
     )
     recorded = _recorded_claims(moved)
@@ -634,7 +669,9 @@ def claim_pending_transition(by_platform: bool) -> Transition:
     # key is the rowid, which the pending index carries: by id, every row picked would be
     # looked up in the primary key's index first.
     transition = _claim_where(_ROWID.in_(_oldest_pending(by_platform, _ROWID)))
-    return Transition(transition.record, transition.apply.returning(*sessions.c), transition.single)
+    return Transition(
+        transition.record, transition.apply.returning(*session_columns()), transition.single
+    )
 
 
 @functools.cache
@@ -644,7 +681,7 @@ def claim_picked(by_platform: bool) -> PickedClaim:
     return PickedClaim(
         pick=_oldest_pending(by_platform).with_for_update(skip_locked=True),
         transition=_claim_where(and_(chosen, _pending_on(by_platform)), by_key=True),
-        fetch=select(sessions)
+        fetch=select(*session_columns())
         .with_hint(sessions, _MYSQL_BY_KEY, "mysql")
         .where(chosen)
         .order_by(_c.started_at, _c.id),
@@ -976,7 +1013,7 @@ def list_handoffs(
     ``started_at, id``; an unknown ``:after`` yields nothing). ``search``: only ids containing
     ``:search`` (LIKE wildcards in it are escaped by the caller with ``/``)."""
     condition = _c.handoff_state.is_not(None) if state is None else state_is(state)
-    stmt = select(sessions).where(condition)
+    stmt = select(*session_columns()).where(condition)
     if after:
         cursor = sessions.alias("cursor")
         start = (
@@ -1001,7 +1038,7 @@ def list_sessions(
     """Whole session rows, newest ``started_at`` first; filtered on ``:source`` when
     ``by_source``, on ``state``, and on ``started_at >= :since`` when ``since``; at most
     ``:limit`` when ``limited``."""
-    stmt = select(sessions)
+    stmt = select(*session_columns())
     if state is not None:
         stmt = stmt.where(state_is(state))
     if by_source:
@@ -1015,7 +1052,7 @@ def list_sessions(
 @functools.cache
 def get_session() -> Select[tuple[object, ...]]:
     """The whole row of ``:session_id``."""
-    return select(sessions).where(_c.id == bindparam("session_id"))
+    return select(*session_columns()).where(_c.id == bindparam("session_id"))
 
 
 @functools.cache
@@ -1353,7 +1390,7 @@ def _claim_picked(picked: Any, turns: bool, given: Any) -> Select[Any]:
         sessions.update()
         .where(_c.id == target.c.id, state_is(HandoffState.PENDING))
         .values(**_claimed_values())
-        .returning(*sessions.c)
+        .returning(*session_columns())
         .cte("moved")
     )
     recorded = _recorded_claims(moved)

@@ -51,9 +51,9 @@ def drop_pending_index(url: URL) -> None:
     try:
         with engine.begin() as connection:
             if connection.dialect.name in ("mysql", "mariadb"):
-                connection.execute(text("DROP INDEX idx_sessions_handoff_pending ON sessions"))
+                connection.execute(text("DROP INDEX idx_sessions_handoff_state ON sessions"))
             else:
-                connection.execute(text("DROP INDEX idx_sessions_handoff_pending"))
+                connection.execute(text("DROP INDEX idx_sessions_handoff_state"))
     finally:
         engine.dispose()
 
@@ -148,12 +148,12 @@ def test_check_in_sync_and_drift(empty_database: URL, cli: Any) -> None:
     drop_pending_index(empty_database)
     drift = cli("--url", url, "db", "check")
     assert drift.code == 1
-    assert "idx_sessions_handoff_pending" in drift.out
+    assert "idx_sessions_handoff_state" in drift.out
     report = cli("--url", url, "db", "check", "--json")
     assert report.code == 1
     assert report.json()["in_sync"] is False
     assert [(d["kind"], d["detail"].split()[0]) for d in report.json()["differences"]] == [
-        ("add index", "idx_sessions_handoff_pending")
+        ("add index", "idx_sessions_handoff_state")
     ]
 
 

@@ -143,7 +143,7 @@ def test_upgrade_prediction_is_what_the_upgrade_does(
             assert predicted == []
         if start == "new":
             assert "create table handoff_events (" in " ".join(predicted)
-            assert "create index idx_sessions_handoff_pending on sessions (" in " ".join(predicted)
+            assert "create index idx_sessions_handoff_state on sessions (" in " ".join(predicted)
             assert "add column sessions.handoff_attempt" in predicted
         if start == "legacy":
             assert "add column sessions.handoff_owner" in predicted

@@ -106,9 +106,21 @@ def test_downgrade_lists_what_it_drops_and_refuses_without_consent(
     columns_0004 = [
         (table, column.name) for table, columns in upstream.TABLES for column in columns()
     ]
+    schema30 = importlib.import_module("hermes_state.migrations.versions.0006_upstream_schema30")
+    # 0006's upstream tables (schema_version aside: its one row is 0006's own) and columns,
     # 0005's lease table, the columns 0004 added, 0003's audit trail: each exactly once.
+    tables_0006 = [(name, None) for name in schema30.TABLES if name != "schema_version"]
+    columns_0006 = [
+        (table, name) for table in ("sessions", "messages") for name in schema30.COLUMNS[table]
+    ]
     drops = [(d["table"], d["column"]) for d in to_0002.json()["drops"]]
-    expected = [("session_turn_leases", None), *columns_0004, ("handoff_events", None)]
+    expected = [
+        *tables_0006,
+        *columns_0006,
+        ("session_turn_leases", None),
+        *columns_0004,
+        ("handoff_events", None),
+    ]
     assert sorted(drops, key=str) == sorted(expected, key=str)
 
     done = cli("--url", url, "db", "downgrade", "base", "--yes")

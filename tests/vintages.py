@@ -208,7 +208,7 @@ def schema_statements(version: int) -> list[str]:
             _COMPRESSION_LOCKS,
             "CREATE INDEX idx_messages_platform_msg_id ON messages(session_id, "
             "platform_message_id) WHERE platform_message_id IS NOT NULL",
-            "CREATE INDEX idx_messages_session_active ON messages(session_id, active, id)",
+            "CREATE INDEX idx_messages_session_active ON messages(session_id, active, timestamp)",
         ]
     return statements
 

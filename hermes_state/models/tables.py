@@ -145,9 +145,10 @@ sessions = Table(
     # carries them whole. Indexed text is bounded for MySQL/MariaDB.
     Column("created_source", String(64)),
     Column("session_key", String(ID_LENGTH)),
-    Column("chat_id", String(ID_LENGTH)),
+    # chat and thread ids are bounded so idx_sessions_gateway_peer fits MySQL's 3072-byte key.
+    Column("chat_id", String(128)),
     Column("chat_type", String(64)),
-    Column("thread_id", String(ID_LENGTH)),
+    Column("thread_id", String(128)),
     Column("display_name", Text),
     Column("origin_json", _LongText),
     _counter("expiry_finalized"),
@@ -203,8 +204,6 @@ sessions = Table(
         "chat_type",
         "thread_id",
         text("started_at DESC"),
-        # Within MySQL/MariaDB's 3072-byte key: prefixes of the long ids.
-        mysql_length={"user_id": 128, "chat_id": 128, "thread_id": 128},
     ),
     Index("idx_sessions_system_prompt_hash", "system_prompt_hash"),
     Index("idx_sessions_tool_names", "tool_names", mysql_length={"tool_names": 255}),

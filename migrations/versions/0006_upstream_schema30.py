@@ -380,6 +380,8 @@ def downgrade_drops(bind: sa.Connection) -> list[tuple[str, str | None]]:
     """The tables and columns holding data that ``downgrade()`` drops."""
     drops: list[tuple[str, str | None]] = []
     for kind, table_name, name in _recorded(bind, (TABLE, COLUMN)):
+        if kind == TABLE and table_name == "schema_version":
+            continue  # its one row is the one upgrade() wrote
         drops.append((table_name, None) if kind == TABLE else (table_name, name))
     return drops
 
