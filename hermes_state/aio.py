@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .engine import READ_ONLY, is_sqlite, make_async_engine
+from .engine import READ_ONLY, dispose_async, is_sqlite, make_async_engine
 from .errors import raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
 from .plans import Body, ClaimBatch, Plan, Row, lease_patience
@@ -96,7 +96,7 @@ class NativeAsyncSessionDB(StoreSettings):
         if self._probe is not None:
             await self._probe.close()
             self._probe = None
-        await self._engine.dispose()
+        await dispose_async(self._engine)  # on SQLite, after a passive WAL checkpoint
 
     async def _ready(self) -> Capabilities:
         if self._caps is not None:

@@ -329,8 +329,10 @@ def _install_sqlite_listeners(
     if not read_only:
 
         @event.listens_for(engine, "do_connect")
-        def _before_connect(*_args: Any) -> None:
-            _secure_sqlite_files(path)
+        def _before_connect(
+            _dialect: Any, _record: ConnectionPoolEntry, _cargs: Any, _cparams: Any
+        ) -> None:
+            _secure_sqlite_files(path)  # returns None: the dialect connects as it always does
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
@@ -592,6 +594,67 @@ def make_async_engine(url: URL) -> AsyncEngine:
             isolation_level="READ COMMITTED",
             execution_options=_EXECUTION_OPTIONS,
         )
+
+
+def _checkpoint(pooled: Any) -> None:
+    """``PRAGMA wal_checkpoint(PASSIVE)`` on a pooled connection of a writable SQLite engine
+    whose file is in WAL mode: the log's committed pages are copied into the database without
+    waiting for anyone. A checkpoint that finds the database busy or locked is skipped; the
+    next one (SQLite's at the last close, another process's) does the work."""
+    if not pooled.info.get(_WRITABLE):
+        return
+    cursor = pooled.dbapi_connection.cursor()
+    try:
+        if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            return
+        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except sqlite3.OperationalError as exc:
+        if not _busy_or_locked(exc):
+            raise
+    finally:
+        cursor.close()
+
+
+def _busy_or_locked(exc: Exception) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def dispose(engine: Engine) -> None:
+    """Close the engine's pooled connections; on a writable SQLite engine, after a passive WAL
+    checkpoint on one of those it holds idle (an engine that holds none opens none for it).
+
+    Everything else is ``engine.dispose()``: SQLite itself, when the last connection to the
+    file closes, checkpoints the rest and removes the ``-wal`` and ``-shm`` files.
+    """
+    try:
+        if is_sqlite(engine.url) and _idle_connections(engine):
+            pooled = engine.raw_connection()
+            try:
+                _checkpoint(pooled)
+            finally:
+                pooled.close()
+    finally:
+        engine.dispose()
+
+
+async def dispose_async(engine: AsyncEngine) -> None:
+    """:func:`dispose` for an asyncio engine."""
+    try:
+        if is_sqlite(engine.url) and _idle_connections(engine.sync_engine):
+            async with engine.connect() as connection:
+                pooled = await connection.get_raw_connection()
+                await connection.run_sync(lambda _sync: _checkpoint(pooled))
+    finally:
+        await engine.dispose()
+
+
+def _idle_connections(engine: Engine) -> int:
+    checkedin = getattr(engine.pool, "checkedin", None)
+    return int(checkedin()) if callable(checkedin) else 0
 
 
 @dataclass(frozen=True, slots=True)

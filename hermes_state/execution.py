@@ -33,7 +33,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.types import NullType
 
-from .engine import BUSY_TIMEOUT_MS, READ_ONLY, Patience, server_closed
+from .engine import BUSY_TIMEOUT_MS, READ_ONLY, Patience, dispose, server_closed
 from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated, with_code_of
 from .plans import Body, Outcome, Plan, Step
 from .statements import Capabilities
@@ -229,7 +229,8 @@ class PooledRunner:
         return None
 
     def close(self) -> None:
-        self._engine.dispose()
+        # A writable SQLite store checkpoints its WAL first (see engine.dispose).
+        dispose(self._engine)
 
 
 _CALLER = object()  # marks a parameter slot the caller fills

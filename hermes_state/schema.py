@@ -21,10 +21,10 @@ from sqlalchemy import Connection, Engine, column, func, inspect, select, table,
 
 from .engine import (
     READ_ONLY,
+    connect_for_reading,
     describe,
     is_sqlite,
     make_engine,
-    read_only_file_uri,
     refuse_directory,
 )
 from .errors import (
@@ -121,7 +121,7 @@ class FileState:
 def _read_only_sqlite(path: str) -> Iterator[sqlite3.Connection]:
     """A plain ``sqlite3`` connection that cannot write, create the file or change its mode."""
     with translated(path):
-        connection = sqlite3.connect(read_only_file_uri(path), uri=True)
+        connection = connect_for_reading(path)
         try:
             yield connection
         finally:
