@@ -78,7 +78,15 @@ from .errors import (
     InvalidInputError,
     translated,
 )
-from .models import ID_LENGTH, handoff_events, messages, metadata, sessions, table_options
+from .models import (
+    ID_LENGTH,
+    UPSTREAM_SCHEMA_VERSION,
+    handoff_events,
+    messages,
+    metadata,
+    sessions,
+    table_options,
+)
 from .notify import database_key
 from .schema import (
     ADOPTION_TABLE,
@@ -1071,13 +1079,14 @@ def _compare(
         writing.rollback()
         return found
     rows = _Rows(carried, fills)
+    replaceable = _only_our_stamp(writing, carried)
     for batch in rows.batches(reading, batch_size):
         present = rows.existing(writing, batch)
         writing.rollback()
         if not rows.key_positions:
             if present == Counter(batch):
                 found.identical += len(batch)
-            elif not present:
+            elif not present or replaceable:
                 found.new += len(batch)
             else:
                 found.differing += len(batch)
@@ -1093,6 +1102,26 @@ def _compare(
                 found.differing += 1
                 found.conflicts.append(f"{carried.name} {rows.key(row)!r}")
     return found
+
+
+def _only_our_stamp(writing: Connection, carried: _Carried) -> bool:
+    """Whether the target's ``schema_version`` holds only the row hermes-state's migration
+    wrote there (a new database's 30): the source's rows replace it. Upstream's version row
+    counts the data migrations its store ran on *these* rows, so the source's row is the one
+    that belongs with them."""
+    if carried.name != "schema_version" or carried.create:
+        return False
+    if not inspect(writing).has_table(ADOPTION_TABLE):
+        return False
+    stamped = writing.execute(
+        text(
+            f"SELECT count(*) FROM {ADOPTION_TABLE} WHERE table_name = 'schema_version' "  # noqa: S608
+            "AND kind IN ('r6_table', 'r6_version_row')"
+        )
+    ).scalar()
+    versions = [row[0] for row in writing.execute(text("SELECT version FROM schema_version"))]
+    writing.rollback()
+    return bool(stamped) and versions == [UPSTREAM_SCHEMA_VERSION]
 
 
 def _conflict_message(conflicts: Sequence[str], outcome: str) -> str:
@@ -1138,6 +1167,7 @@ def _copy_table(
     rows = _Rows(carried, fills)
     total = _count(reading, carried.source)
     reading.rollback()
+    replaceable = _only_our_stamp(writing, carried)
     analyzed_at = _count(writing, target)
     writing.rollback()
     for batch in rows.batches(reading, batch_size):
@@ -1147,13 +1177,14 @@ def _copy_table(
         if not rows.key_positions:
             if present == Counter(batch):
                 report.identical += len(batch)
-            elif present and not force:
+            elif present and not (force or replaceable):
                 raise CopyConflictError(
                     f"{carried.name} changed in the target during the copy; re-run to resume"
                 )
             else:
                 if present:
                     writing.execute(target.delete())
+                if present and not replaceable:
                     report.overwritten += len(batch)
                 else:
                     report.copied += len(batch)

@@ -26,6 +26,7 @@ from .engine import (
     is_sqlite,
     make_engine,
     refuse_directory,
+    secure_sqlite_files,
 )
 from .errors import (
     ForeignDatabaseError,
@@ -49,6 +50,7 @@ __all__ = [
     "HistoryEntry",
     "Loss",
     "StepHook",
+    "TARGET_DIALECT",
     "bring_current",
     "check_upgradable",
     "current_revision",
@@ -63,9 +65,20 @@ __all__ = [
     "revision_of",
     "run_command",
     "script_location",
+    "target_dialect",
     "upgrade",
     "upgrade_command",
 ]
+
+#: ``Connection.info`` key naming the backend a migration plans for, where that is not the
+#: connection's own (``db upgrade --dry-run`` runs the migrations on an SQLite shadow).
+TARGET_DIALECT: Final = "hermes_state_target_dialect"
+
+
+def target_dialect(connection: Connection) -> str:
+    """The backend the migrations running on ``connection`` are for."""
+    return str(connection.info.get(TARGET_DIALECT, connection.dialect.name))
+
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
 HEAD_REVISION: Final = "0006_upstream_schema30"
@@ -204,6 +217,8 @@ def ensure_current(engine: Engine, *, auto_upgrade: bool, url: URL | None = None
             revision = current_revision(connection)
             connection.rollback()
     bring_current(url, revision, auto_upgrade=auto_upgrade)
+    if auto_upgrade:
+        secure_sqlite_files(url)  # a file we write, known to be ours by now: owner-only
 
 
 def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None:

@@ -123,7 +123,27 @@ def layout_of(connection: Connection) -> Layout:
                 for index in inspector.get_indexes(name)
                 if index["name"]
             }
+            if connection.dialect.name == "sqlite":
+                indexes.update(_expression_indexes(connection, name, indexes))
             found[name] = TableLayout(columns, indexes)
+    return found
+
+
+def _expression_indexes(
+    connection: Connection, table_name: str, known: dict[str, tuple[str, ...]]
+) -> dict[str, tuple[str, ...]]:
+    """SQLite: the indexes on expressions SQLAlchemy's reflection leaves out, with the plain
+    columns among their terms (what reflection gives for them on PostgreSQL)."""
+    found: dict[str, tuple[str, ...]] = {}
+    names = connection.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+        (table_name,),
+    ).scalars()
+    for name in names:
+        if name in known:
+            continue
+        terms = connection.exec_driver_sql(f'PRAGMA index_info("{name}")').all()
+        found[str(name)] = tuple(str(term[2]) for term in terms if term[2] is not None)
     return found
 
 
@@ -256,6 +276,9 @@ def plan_upgrade(url: URL, revision: str = "head", *, adopt_foreign: bool = Fals
     original = _Original({}, {}) if blank else _original(url)
     with _shadow_connection() as connection:
         _build_shadow(connection, original)
+        # The migrations do per backend what that backend can (FTS5 only on SQLite, partial
+        # indexes where there are some): on the shadow, they do what the real one would get.
+        connection.info[schema.TARGET_DIALECT] = url.get_backend_name()
         # The shadow's own layout is the start: names it could not hold are not in it.
         recorder = _Recorder(layout_of(connection))
         before = schema.current_revision(connection)

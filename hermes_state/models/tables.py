@@ -89,6 +89,11 @@ def _embedded_and_postgresql(index: Index) -> Index:
     return index.ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]
 
 
+def _on_mysql(index: Index) -> Index:
+    index.info["dialects"] = ("mysql", "mariadb")
+    return index.ddl_if(dialect=("mysql", "mariadb"))  # type: ignore[arg-type]
+
+
 _DISPLAYED = text("active = 1 OR compacted = 1")
 _DISPLAY_BACKFILL = text(
     "(display_order IS NULL OR display_identity IS NULL) AND (active = 1 OR compacted = 1)"
@@ -196,14 +201,37 @@ sessions = Table(
     Index("idx_sessions_parent", "parent_session_id"),
     Index("idx_sessions_started", text("started_at DESC")),
     Index("idx_sessions_session_key", "session_key", text("started_at DESC")),
-    Index(
-        "idx_sessions_gateway_peer",
-        "source",
-        "user_id",
-        "chat_id",
-        "chat_type",
-        "thread_id",
-        text("started_at DESC"),
+    _embedded_and_postgresql(
+        Index(
+            "idx_sessions_gateway_peer",
+            "source",
+            "user_id",
+            "chat_id",
+            "chat_type",
+            "thread_id",
+            text("started_at DESC"),
+        )
+    ),
+    # The same index on MySQL/MariaDB, within its 3072-byte key whatever widths an adopted
+    # table gave these columns (its prefix lengths rule out DESC terms, which it would not
+    # use for this index anyway).
+    _on_mysql(
+        Index(
+            "idx_sessions_gateway_peer",
+            "source",
+            "user_id",
+            "chat_id",
+            "chat_type",
+            "thread_id",
+            "started_at",
+            mysql_length={
+                "source": 64,
+                "user_id": 128,
+                "chat_id": 128,
+                "chat_type": 64,
+                "thread_id": 128,
+            },
+        )
     ),
     Index("idx_sessions_system_prompt_hash", "system_prompt_hash"),
     Index("idx_sessions_tool_names", "tool_names", mysql_length={"tool_names": 255}),

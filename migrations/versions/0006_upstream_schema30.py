@@ -36,7 +36,7 @@ from alembic import op
 
 from hermes_state import search_index
 from hermes_state.models import UPSTREAM_SCHEMA_VERSION, metadata, table_options
-from hermes_state.schema import ADOPTION_TABLE
+from hermes_state.schema import ADOPTION_TABLE, target_dialect
 
 revision: str = "0006_upstream_schema30"
 down_revision: str | None = "0005_session_turn_leases"
@@ -164,13 +164,13 @@ def _column_copy(column: sa.Column[Any]) -> sa.Column[Any]:
     return copy
 
 
-def _table_arguments(table: sa.Table) -> list[Any]:
+def _table_arguments(table: sa.Table, *, foreign_keys: bool = True) -> list[Any]:
     """Columns and constraints of a model table, for ``op.create_table``."""
     columns = [column._copy() for column in table.columns]
     constraints: list[Any] = [
         sa.PrimaryKeyConstraint(*table.primary_key.columns.keys(), name=f"pk_{table.name}")
     ]
-    for fk in table.foreign_key_constraints:
+    for fk in table.foreign_key_constraints if foreign_keys else ():
         constraints.append(
             sa.ForeignKeyConstraint(
                 [element.parent.name for element in fk.elements],
@@ -190,14 +190,43 @@ def _applies(index: sa.Index, dialect_name: str) -> bool:
     return dialect_name in index.info.get("dialects", (dialect_name,))
 
 
-def _create_index(index: sa.Index) -> None:
+def _create_index(index: sa.Index, inspector: Any) -> None:
+    options = dict(index.dialect_kwargs)
+    if inspector is not None and inspector.bind.dialect.name in ("mysql", "mariadb"):
+        options.update(_mysql_prefixes(index, inspector))
     op.create_index(
         index.name,
         index.table.name,  # type: ignore[union-attr]
         list(index.expressions),
         unique=index.unique,
-        **index.dialect_kwargs,
+        **options,
     )
+
+
+#: InnoDB's longest index key, and the characters of a utf8mb4 prefix that keep four columns
+#: inside it.
+_MYSQL_KEY_BYTES, _MYSQL_PREFIX = 3072, 191
+
+
+def _mysql_prefixes(index: sa.Index, inspector: Any) -> dict[str, Any]:
+    """Prefix lengths an index needs on the table as it is: an adopted table's text columns
+    (or wider strings than ours) would not fit MySQL's key otherwise."""
+    table_name = index.table.name  # type: ignore[union-attr]
+    types = {c["name"]: c["type"] for c in inspector.get_columns(table_name)}
+    names = [e.name for e in index.expressions if isinstance(e, sa.Column)]
+    widths = {name: getattr(types.get(name), "length", None) for name in names}
+    text = {name for name in names if isinstance(types.get(name), sa.Text)}
+    total = sum(4 * (widths[name] or _MYSQL_PREFIX) for name in names if name not in text)
+    prefixes = dict(index.dialect_options["mysql"]["length"] or {})
+    for name in names:
+        width = widths[name]
+        if name in text or (
+            total + 4 * _MYSQL_PREFIX * len(text) > _MYSQL_KEY_BYTES
+            and width is not None
+            and width > _MYSQL_PREFIX
+        ):
+            prefixes.setdefault(name, _MYSQL_PREFIX)
+    return {f"{inspector.bind.dialect.name}_length": prefixes} if prefixes else {}
 
 
 def _recorded(bind: sa.Connection, kinds: Iterable[str] = _KINDS) -> list[tuple[str, str, str]]:
@@ -209,7 +238,7 @@ def _recorded(bind: sa.Connection, kinds: Iterable[str] = _KINDS) -> list[tuple[
 
 def upgrade() -> None:
     bind = op.get_bind()
-    dialect = bind.dialect.name
+    dialect = target_dialect(bind)
     options: dict[str, Any] = table_options(bind.dialect)
     inspector = None if _offline() else sa.inspect(bind)
     added: list[dict[str, str]] = []
@@ -217,11 +246,15 @@ def upgrade() -> None:
     def record(kind: str, table_name: str, name: str) -> None:
         added.append({"kind": kind, "table_name": table_name, "name": name})
 
+    # MySQL/MariaDB refuse a foreign key to a sessions table of another charset or collation,
+    # which one made by hand may have; upstream's keys are kept wherever they can be.
+    keys = dialect not in ("mysql", "mariadb") or _sessions_is_ours(bind)
     created: set[str] = set()
     for name in TABLES:
         if inspector is not None and inspector.has_table(name):
             continue
-        op.create_table(name, *_table_arguments(metadata.tables[name]), **options)
+        arguments = _table_arguments(metadata.tables[name], foreign_keys=keys)
+        op.create_table(name, *arguments, **options)
         created.add(name)
         record(TABLE, name, name)
 
@@ -245,7 +278,7 @@ def upgrade() -> None:
         for index in sorted(metadata.tables[table_name].indexes, key=lambda i: str(i.name)):
             if index.name in existing or not _applies(index, dialect):
                 continue
-            _create_index(index)
+            _create_index(index, inspector)
             record(INDEX, table_name, str(index.name))
 
     for name, table_name, _, _ in DUPLICATES:
@@ -325,6 +358,16 @@ def _triggers_suspended(bind: sa.Connection) -> Iterator[None]:
         bind.exec_driver_sql(sql)
 
 
+def _sessions_is_ours(bind: sa.Connection) -> bool:
+    """True where hermes-state's baseline created ``sessions`` (or offline: a new database)."""
+    if _offline():
+        return True
+    query = sa.select(sa.func.count()).where(
+        _adoption.c.kind == "table", _adoption.c.name == "sessions"
+    )
+    return bool(bind.execute(query).scalar())
+
+
 def _active_is_ours(bind: sa.Connection) -> bool:
     """True where hermes-state made ``messages`` (its baseline) or added ``active`` (0004)."""
     query = sa.select(sa.func.count()).where(
@@ -395,7 +438,7 @@ def _everything_offline() -> list[tuple[str, str, str]]:
         records += [
             (INDEX, table_name, str(index.name))
             for index in metadata.tables[table_name].indexes
-            if _applies(index, op.get_bind().dialect.name)
+            if _applies(index, target_dialect(op.get_bind()))
         ]
     records += [(DROPPED, table_name, name) for name, table_name, _, _ in DUPLICATES]
     return [*records, (NOT_NULL, "messages", "active")]
