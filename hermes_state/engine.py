@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import random
 import re
@@ -45,9 +46,12 @@ __all__ = [
     "make_engine",
     "read_only_file_uri",
     "resolve_url",
+    "secure_sqlite_files",
     "server_closed",
     "with_driver",
 ]
+
+logger = logging.getLogger("hermes_state.engine")
 
 ENV_URL: Final = "HERMES_STATE_URL"
 ENV_HOME: Final = "HERMES_HOME"
@@ -260,9 +264,24 @@ def _secure_sqlite_files(path: Path) -> None:
                 os.chmod(candidate, current & DB_FILE_MODE)
 
 
+def secure_sqlite_files(url: URL) -> None:
+    """Tighten an SQLite database hermes-state opens to write (and its -wal/-shm) to
+    :data:`DB_FILE_MODE`, creating it so when it is absent; see :func:`_secure_sqlite_files`.
+    A writable engine does it before each connection; a store calls it on open, once the
+    file is known to be its own. Nothing on a server."""
+    if is_sqlite(url) and url.database:
+        _secure_sqlite_files(Path(url.database))
+
+
 def _may_write(path: Path) -> bool:
     """Whether this process may write the file, its folder and the -wal/-shm beside it (a
-    read-only mount refuses even root)."""
+    read-only mount refuses even root). A file without a single write permission bit counts
+    as read-only too, whoever asks: root may write anything, but its owner said not to."""
+    try:
+        if not stat.S_IMODE(os.stat(path).st_mode) & 0o222:
+            return False
+    except OSError:
+        return False
     present = [side for side in _side_files(path) if os.path.lexists(side)]
     return all(os.access(candidate, os.W_OK) for candidate in (path, path.parent, *present))
 
@@ -372,12 +391,20 @@ def _settle_journal_mode(cursor: Any, wanted: str | None) -> str:
     table: one hermes-state creates, through whichever of its engines connects first) or when
     asked for; otherwise the one the file has, since its owner may have chosen it (a rollback
     journal on a file system where WAL is unsafe)."""
-    mode = str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    mode = _one_value(cursor, "PRAGMA journal_mode")
     if mode == "wal":
         return mode
-    if wanted == "wal" or cursor.execute(_ANY_TABLE).fetchone() is None:
-        mode = str(cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+    cursor.execute(_ANY_TABLE)
+    if wanted == "wal" or cursor.fetchone() is None:
+        mode = _one_value(cursor, "PRAGMA journal_mode = WAL")
     return mode
+
+
+def _one_value(cursor: Any, sql: str) -> str:
+    """The first column of the one row ``sql`` returns, in lower case. (A DBAPI cursor: the
+    sqlite3 module's, or SQLAlchemy's adapter of aiosqlite, whose ``execute`` returns None.)"""
+    cursor.execute(sql)
+    return str(cursor.fetchone()[0]).lower()
 
 
 def make_engine(
@@ -599,28 +626,34 @@ def make_async_engine(url: URL) -> AsyncEngine:
 def _checkpoint(pooled: Any) -> None:
     """``PRAGMA wal_checkpoint(PASSIVE)`` on a pooled connection of a writable SQLite engine
     whose file is in WAL mode: the log's committed pages are copied into the database without
-    waiting for anyone. A checkpoint that finds the database busy or locked is skipped; the
-    next one (SQLite's at the last close, another process's) does the work."""
+    waiting for anyone.
+
+    Never raises: it runs while a store closes, often while an error is on its way out. A
+    database that is busy or locked (another checkpoint, a writer) or read-only (a read-only
+    mount) is skipped without a word, the next checkpoint (SQLite's own at the last close,
+    another process's) does the work; anything else is logged.
+    """
     if not pooled.info.get(_WRITABLE):
         return
-    cursor = pooled.dbapi_connection.cursor()
     try:
-        if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-            return
-        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    except sqlite3.OperationalError as exc:
-        if not _busy_or_locked(exc):
-            raise
-    finally:
-        cursor.close()
+        cursor = pooled.dbapi_connection.cursor()
+        try:
+            if _one_value(cursor, "PRAGMA journal_mode") == "wal":
+                cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                cursor.fetchall()
+        finally:
+            cursor.close()
+    except sqlite3.Error as exc:
+        if not _skippable(exc):
+            logger.warning("the WAL checkpoint before closing failed: %s", exc)
 
 
-def _busy_or_locked(exc: Exception) -> bool:
+def _skippable(exc: sqlite3.Error) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY)
     text = str(exc).lower()
-    return "locked" in text or "busy" in text
+    return any(word in text for word in ("locked", "busy", "readonly", "read-only"))
 
 
 def dispose(engine: Engine) -> None:
