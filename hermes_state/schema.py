@@ -77,7 +77,8 @@ TARGET_DIALECT: Final = "hermes_state_target_dialect"
 
 def target_dialect(connection: Connection) -> str:
     """The backend the migrations running on ``connection`` are for."""
-    return str(connection.info.get(TARGET_DIALECT, connection.dialect.name))
+    info = getattr(connection, "info", {})  # (offline, Alembic's MockConnection has none)
+    return str(info.get(TARGET_DIALECT, connection.dialect.name))
 
 
 #: The newest migration; equal to the scripts' head (pinned by a test).

@@ -21,10 +21,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 from hermes_state import AsyncSessionDB, NativeAsyncSessionDB, SessionDB
-from hermes_state.models import sessions
+from hermes_state.models import messages, sessions
 
 __all__ = [
     "STORE_KINDS",
+    "TRANSCRIPT_KEYS",
     "Blocking",
     "HandClock",
     "LoopThread",
@@ -33,6 +34,14 @@ __all__ = [
     "open_kind",
     "put",
 ]
+
+#: The keys of a message as get_messages returns it, as upstream's does: every column but its
+#: display bookkeeping (and the compression-summary flag, present only where it is set).
+TRANSCRIPT_KEYS = {column.name for column in messages.columns} - {
+    "display_identity",
+    "display_order",
+    "_compressed_summary",
+}
 
 #: sync: SessionDB; threaded: AsyncSessionDB(SessionDB); native: NativeAsyncSessionDB.
 STORE_KINDS = ("sync", "threaded", "native")

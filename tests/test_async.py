@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal, select, update
 from sqlalchemy.engine import URL
 
 from hermes_state import (
@@ -90,7 +90,9 @@ class Op:
 
 def _rename_titles(conn: Any) -> int:
     """An _execute_write callable using a SQLAlchemy statement; returns what it changed."""
-    result = conn.execute(update(sessions).where(sessions.c.source == "cli").values(title="bulk"))
+    # Titles are unique (upstream's index): each renamed session gets its own.
+    renamed = update(sessions).where(sessions.c.source == "cli")
+    result = conn.execute(renamed.values(title=literal("bulk ") + sessions.c.id))
     return int(result.rowcount)
 
 
@@ -99,7 +101,7 @@ def _count_sessions(conn: Any) -> int:
 
 
 def _fail_inside_write(conn: Any) -> None:
-    conn.execute(update(sessions).values(title="rolled back"))
+    conn.execute(update(sessions).values(title=literal("rolled back ") + sessions.c.id))
     raise LookupError("the callable changed its mind")
 
 

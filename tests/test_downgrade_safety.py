@@ -217,7 +217,13 @@ def test_each_downgrade_drops_exactly_what_it_declares(populated: URL) -> None:
         before = shape(populated)
         schema.downgrade(populated, target)
         after = shape(populated)
-        dropped_tables = set(before) - set(after)
+        # Not declared, on purpose: the full-text index is derived from messages, and 0006's
+        # schema_version holds only the row 0006 wrote.
+        dropped_tables = {
+            name
+            for name in set(before) - set(after)
+            if not name.startswith("messages_fts") and name != "schema_version"
+        }
         dropped_columns = {
             (name, column) for name in after for column in before[name] - after[name]
         }

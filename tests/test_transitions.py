@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import URL
 
-from hermes_state import SessionDB, UnknownSessionError, models
+from hermes_state import SessionDB, UnknownSessionError
 from hermes_state.models import sessions as sessions_table
 from tests.digest import database_digest, table_rows
+from tests.stores import TRANSCRIPT_KEYS
 
 SID = "session-under-test"
 FIRST_PLATFORM = "telegram"
@@ -483,7 +484,7 @@ def test_messages_come_back_in_append_order(store: SessionDB) -> None:
     assert [m["id"] for m in messages] == ids
     assert {m["session_id"] for m in messages} == {SID}
     # Every column of the table, as upstream's get_messages returns them.
-    assert set(messages[0]) == {column.name for column in models.messages.columns}
+    assert set(messages[0]) == TRANSCRIPT_KEYS
     assert all(isinstance(m["timestamp"], float) for m in messages)
     assert [m["content"] for m in store.get_messages("other")] == [
         "interleaved 0",

@@ -220,7 +220,7 @@ def _indexes_on_pending(path: Path) -> list[str]:
     with sqlite3.connect(path) as connection:
         rows = connection.execute(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions'"
-            " AND name LIKE '%handoff_pending%' ORDER BY name"
+            " AND (name LIKE '%handoff_pending%' OR name LIKE '%handoff_state%') ORDER BY name"
         ).fetchall()
     return [name for (name,) in rows]
 
@@ -239,7 +239,7 @@ def _upstream_file_with_leases(tmp_path: Path) -> Path:
             "CREATE TABLE session_turn_leases (conversation_id TEXT PRIMARY KEY,"
             " holder TEXT NOT NULL, acquired_at REAL NOT NULL, expires_at REAL NOT NULL);"
             "INSERT INTO session_turn_leases VALUES ('upstream-conv', 'pid=1:turn', 1.0, 9e12);"
-            "CREATE INDEX idx_sessions_handoff_pending ON sessions(handoff_state, started_at);"
+            "CREATE INDEX idx_sessions_handoff_state ON sessions(handoff_state, started_at);"
         )
     return path
 
@@ -256,7 +256,7 @@ def test_an_adopted_file_keeps_its_lease_table_rows_and_single_index(tmp_path: P
         assert db.try_acquire_session_turn_lease("upstream-conv", "gateway") is False
         assert db.try_acquire_session_turn_lease("other", "gateway") is True
     assert main(["--url", str(path), "db", "check"]) == 0  # upstream's index is no drift
-    assert _indexes_on_pending(path) == ["idx_sessions_handoff_pending"]
+    assert _indexes_on_pending(path) == ["idx_sessions_handoff_state"]
     with sqlite3.connect(path) as connection:
         assert (
             connection.execute(
@@ -269,12 +269,13 @@ def test_an_adopted_file_keeps_its_lease_table_rows_and_single_index(tmp_path: P
         ).fetchall()
     assert rows == [("other", "gateway"), ("upstream-conv", "pid=1:turn")]
 
-    assert main(["--url", str(path), "db", "downgrade", "0004_upstream_columns"]) == 0
+    # (--yes: 0006 drops upstream's later columns, which hold their defaults on these rows)
+    assert main(["--url", str(path), "db", "downgrade", "0004_upstream_columns", "--yes"]) == 0
     with sqlite3.connect(path) as connection:
         kept = connection.execute("SELECT COUNT(*) FROM session_turn_leases").fetchone()
     assert kept == (2,), "the table was upstream's: a downgrade keeps it and its rows"
     assert _indexes_on_pending(path) == [
-        "idx_sessions_handoff_pending",
+        "idx_sessions_handoff_state",  # upstream's, kept
         "ix_sessions_handoff_pending",
     ]
 
@@ -282,7 +283,7 @@ def test_an_adopted_file_keeps_its_lease_table_rows_and_single_index(tmp_path: P
 def test_a_new_file_gets_the_table_and_the_downgrade_removes_it(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     SessionDB(path).close()
-    assert _indexes_on_pending(path) == ["idx_sessions_handoff_pending"]
+    assert _indexes_on_pending(path) == ["idx_sessions_handoff_state"]
 
     assert main(["--url", str(path), "db", "downgrade", "0004_upstream_columns"]) == 0
     with sqlite3.connect(path) as connection:
@@ -292,7 +293,7 @@ def test_a_new_file_gets_the_table_and_the_downgrade_removes_it(tmp_path: Path) 
     assert _indexes_on_pending(path) == ["ix_sessions_handoff_pending"]
     assert all(not kind.startswith("r5_") for (kind,) in adoption)
     SessionDB(path).close()  # and up again
-    assert _indexes_on_pending(path) == ["idx_sessions_handoff_pending"]
+    assert _indexes_on_pending(path) == ["idx_sessions_handoff_state"]
 
 
 def test_conn_is_the_calling_threads_own_sqlite_connection(tmp_path: Path) -> None:

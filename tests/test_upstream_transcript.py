@@ -33,6 +33,7 @@ from hermes_state import (
 )
 from hermes_state.engine import resolve_url
 from tests.legacy import row_digest, schema_entries, table_columns
+from tests.stores import TRANSCRIPT_KEYS
 from tests.vintages import REAL_SCHEMA11
 
 UPSTREAM_SCHEMA11 = REAL_SCHEMA11
@@ -178,7 +179,10 @@ EVERY_FIELD: dict[str, Any] = {
 def expected_row(message_id: int, session_id: str = SID) -> dict[str, Any]:
     """What get_messages returns for a message appended with EVERY_FIELD."""
     row = {**EVERY_FIELD, "id": message_id, "session_id": session_id}
-    row.update(role="assistant", content="calling a tool", observed=1, active=1)
+    row.update(role="assistant", content="calling a tool", observed=1, active=1, compacted=0)
+    # Upstream's newest message identities, not given here.
+    row.update(message_uid=None, absorbed_message_uids=None, tool_call_uids=None)
+    row.update(tool_call_uid=None)
     # Structured reasoning comes back as the JSON text it is stored as (upstream's
     # get_messages decodes tool_calls and display_metadata only).
     for name in ("reasoning_details", "codex_reasoning_items"):
@@ -191,7 +195,7 @@ def test_every_field_round_trips(store: SessionDB) -> None:
     message_id = store.append_message(SID, "assistant", "calling a tool", **EVERY_FIELD)
     [message] = store.get_messages(SID)
     assert message == expected_row(message_id)
-    assert set(message) == {column.name for column in models.messages.columns}
+    assert set(message) == TRANSCRIPT_KEYS
     assert counters(store) == (1, 1)
 
 
@@ -298,6 +302,11 @@ def test_an_upstream_file_reads_as_upstream_reads_it(upstream_file: Path) -> Non
                     "api_content": None,
                     "display_kind": None,
                     "display_metadata": None,
+                    "compacted": 0,
+                    "message_uid": None,
+                    "absorbed_message_uids": None,
+                    "tool_call_uids": None,
+                    "tool_call_uid": None,
                 }
             assert [m["id"] for m in transcript] == sorted(m["id"] for m in transcript)
 

@@ -89,6 +89,11 @@ def _embedded_and_postgresql(index: Index) -> Index:
     return index.ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]
 
 
+def _prefixes(**lengths: int) -> dict[str, dict[str, int]]:
+    """Index prefix lengths for MySQL and MariaDB (SQLAlchemy reads each under its own name)."""
+    return {"mysql_length": lengths, "mariadb_length": lengths}
+
+
 def _on_mysql(index: Index) -> Index:
     index.info["dialects"] = ("mysql", "mariadb")
     return index.ddl_if(dialect=("mysql", "mariadb"))  # type: ignore[arg-type]
@@ -224,17 +229,11 @@ sessions = Table(
             "chat_type",
             "thread_id",
             "started_at",
-            mysql_length={
-                "source": 64,
-                "user_id": 128,
-                "chat_id": 128,
-                "chat_type": 64,
-                "thread_id": 128,
-            },
+            **_prefixes(source=64, user_id=128, chat_id=128, chat_type=64, thread_id=128),
         )
     ),
     Index("idx_sessions_system_prompt_hash", "system_prompt_hash"),
-    Index("idx_sessions_tool_names", "tool_names", mysql_length={"tool_names": 255}),
+    Index("idx_sessions_tool_names", "tool_names", **_prefixes(tool_names=255)),
     # NULLs never collide in a UNIQUE index on any backend; the WHERE only keeps it small.
     Index(
         "idx_sessions_title_unique",
@@ -242,7 +241,7 @@ sessions = Table(
         unique=True,
         sqlite_where=text("title IS NOT NULL"),
         postgresql_where=text("title IS NOT NULL"),
-        mysql_length={"title": 255},
+        **_prefixes(title=255),
     ),
     _embedded_and_postgresql(
         Index(
@@ -306,7 +305,7 @@ messages = Table(
         "platform_message_id",
         sqlite_where=text("platform_message_id IS NOT NULL"),
         postgresql_where=text("platform_message_id IS NOT NULL"),
-        mysql_length={"platform_message_id": 255},
+        **_prefixes(platform_message_id=255),
     ),
     # Partial indexes of upstream's read paths: where a backend has no partial indexes they
     # would be whole-table indexes nobody reads, so only SQLite and PostgreSQL get them.

@@ -295,11 +295,18 @@ def upgrade() -> None:
         op.bulk_insert(_adoption, added)
 
 
+#: Offline, the indexes a database hermes-state made at 0005 has.
+_INDEXES_AT_0005: dict[str, set[str]] = {
+    "sessions": {"idx_sessions_handoff_pending", "ix_sessions_handoff_running"},
+    "messages": {"ix_messages_session_id_id"},
+}
+
+
 def _index_names(inspector: Any, table_name: str) -> set[str]:
     """The names of the table's indexes, those on expressions included (SQLAlchemy's SQLite
     reflection leaves those out, so SQLite's catalogue is read there)."""
     if inspector is None:
-        return set()
+        return _INDEXES_AT_0005.get(table_name, set())
     if inspector.bind.dialect.name == "sqlite":
         query = sa.text(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = :table_name"
