@@ -89,7 +89,7 @@ def _embedded_and_postgresql(index: Index) -> Index:
     return index.ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]
 
 
-def _prefixes(**lengths: int) -> dict[str, dict[str, int]]:
+def _prefixes(**lengths: int) -> dict[str, Any]:
     """Index prefix lengths for MySQL and MariaDB (SQLAlchemy reads each under its own name)."""
     return {"mysql_length": lengths, "mariadb_length": lengths}
 
