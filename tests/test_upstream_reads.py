@@ -20,7 +20,6 @@ from hermes_state import InvalidInputError, SessionDB
 from hermes_state.models import sessions, system_prompts
 from hermes_state.plans import decoded_content
 from tests.digest import cached_engine
-from tests.stores import STORE_KINDS, LoopThread, open_kind
 from tests.vintages import REAL_SCHEMA11, REAL_SCHEMA30
 
 
@@ -199,26 +198,8 @@ def test_inline_prompt_of_schema11_still_returned(tmp_path: Path) -> None:
 # -- every backend -----------------------------------------------------------------------------
 
 
-@pytest.fixture(params=STORE_KINDS)
-def kind_store(request: pytest.FixtureRequest, backend_url: URL) -> Iterator[Callable[[], Any]]:
-    loop = LoopThread()
-    opened: list[Any] = []
-
-    def open_one() -> Any:
-        db = open_kind(request.param, backend_url, loop)
-        opened.append(db)
-        return db
-
-    try:
-        yield open_one
-    finally:
-        for db in opened:
-            db.close()
-        loop.close()
-
-
-def test_duplicate_title_raises_invalid_input(kind_store: Callable[[], Any]) -> None:
-    db = kind_store()
+def test_duplicate_title_raises_invalid_input(new_any_store: Callable[..., Any]) -> None:
+    db = new_any_store()
     title = f"Deploy notes {uuid.uuid4().hex[:8]} 🚀"
     db.create_session("first", "cli", title=title)
     with pytest.raises(InvalidInputError, match="titles are unique") as raised:
@@ -233,8 +214,10 @@ def test_duplicate_title_raises_invalid_input(kind_store: Callable[[], Any]) -> 
     assert db.get_session("first")["title"] == title
 
 
-def test_hashed_prompt_on_every_backend(backend_url: URL, kind_store: Callable[[], Any]) -> None:
-    db = kind_store()
+def test_hashed_prompt_on_every_backend(
+    backend_url: URL, new_any_store: Callable[..., Any]
+) -> None:
+    db = new_any_store()
     digest = uuid.uuid4().hex
     prompt = "You are Hermes. " * 20
     db.create_session("hashed", "cli", system_prompt=None)

@@ -89,6 +89,10 @@ def _embedded_and_postgresql(index: Index) -> Index:
     return index.ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]
 
 
+#: Who a gateway session is with: upstream's lookup of a peer's latest session.
+_GATEWAY_PEER: Final = ("source", "user_id", "chat_id", "chat_type", "thread_id")
+
+
 def _prefixes(**lengths: int) -> dict[str, Any]:
     """Index prefix lengths for MySQL and MariaDB (SQLAlchemy reads each under its own name)."""
     return {"mysql_length": lengths, "mariadb_length": lengths}
@@ -207,15 +211,7 @@ sessions = Table(
     Index("idx_sessions_started", text("started_at DESC")),
     Index("idx_sessions_session_key", "session_key", text("started_at DESC")),
     _embedded_and_postgresql(
-        Index(
-            "idx_sessions_gateway_peer",
-            "source",
-            "user_id",
-            "chat_id",
-            "chat_type",
-            "thread_id",
-            text("started_at DESC"),
-        )
+        Index("idx_sessions_gateway_peer", *_GATEWAY_PEER, text("started_at DESC"))
     ),
     # The same index on MySQL/MariaDB, within its 3072-byte key whatever widths an adopted
     # table gave these columns (its prefix lengths rule out DESC terms, which it would not
@@ -223,11 +219,7 @@ sessions = Table(
     _on_mysql(
         Index(
             "idx_sessions_gateway_peer",
-            "source",
-            "user_id",
-            "chat_id",
-            "chat_type",
-            "thread_id",
+            *_GATEWAY_PEER,
             "started_at",
             **_prefixes(source=64, user_id=128, chat_id=128, chat_type=64, thread_id=128),
         )
