@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .engine import READ_ONLY, dispose_async, is_sqlite, make_async_engine
-from .errors import raise_translated
+from .errors import keep_step_params, raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
 from .plans import Body, ClaimBatch, Plan, Row, lease_patience
 from .schema import bring_current, current_revision, ensure_current
@@ -39,7 +39,11 @@ async def drive(body: Body[Any], connection: AsyncConnection, *, single: bool = 
     try:
         step = next(body)
         while True:
-            result = await connection.execute(step.statement, step.params)
+            try:
+                result = await connection.execute(step.statement, step.params)
+            except Exception as exc:
+                keep_step_params(exc, step.params)
+                raise
             step = body.send(outcome_of(result, step))
             if single:
                 refuse_second_statement(step)

@@ -34,6 +34,7 @@ __all__ = [
     "UnknownSessionError",
     "corrupt_error",
     "is_retryable",
+    "keep_step_params",
     "missing_database",
     "raise_translated",
     "translate",
@@ -392,18 +393,12 @@ def _duplicate_title(driver: BaseException, said: _Said, message: str) -> bool:
 
 
 def _title_of(exc: BaseException, driver: BaseException, message: str) -> str | None:
-    """The title that clashed: from the statement's parameters (SQLAlchemy's, or those of the
-    plan step that ran, for runners that send statements to the driver themselves), else from
-    PostgreSQL's detail or MySQL's message (which the server may have re-encoded)."""
-    params = getattr(exc, "params", None)
+    """The title that clashed: from the parameters of the plan step that failed (see
+    :func:`keep_step_params`), else from PostgreSQL's detail or MySQL's message (which the
+    server may have re-encoded)."""
+    params = getattr(exc, _STEP_PARAMS, None)
     if isinstance(params, Mapping) and isinstance(params.get("title"), str):
         return str(params["title"])
-    frame = exc.__traceback__
-    while frame is not None:
-        step_params = getattr(frame.tb_frame.f_locals.get("step"), "params", None)
-        if isinstance(step_params, Mapping) and isinstance(step_params.get("title"), str):
-            return str(step_params["title"])
-        frame = frame.tb_next
     detail = getattr(getattr(driver, "diag", None), "message_detail", None) or getattr(
         driver, "detail", None
     )
@@ -412,6 +407,18 @@ def _title_of(exc: BaseException, driver: BaseException, message: str) -> str | 
         return found.group(1)
     found = re.search(r"Duplicate entry '(.*)' for key", message, re.S)
     return found.group(1) if found else None
+
+
+#: The attribute :func:`keep_step_params` leaves on an error: the failed step's parameters.
+_STEP_PARAMS: Final = "hermes_state_step_params"
+
+
+def keep_step_params(exc: BaseException, params: Mapping[str, Any]) -> None:
+    """Leave a failed plan step's parameters on its error, so the translation can quote the
+    value at fault (the SQLite runner sends statements to the driver itself, whose errors
+    carry none). Called from an ``except`` clause: nothing is paid when nothing fails."""
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(exc, _STEP_PARAMS, params)
 
 
 def _title_taken(exc: BaseException, driver: BaseException, message: str) -> InvalidInputError:

@@ -34,7 +34,14 @@ from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.types import NullType
 
 from .engine import BUSY_TIMEOUT_MS, READ_ONLY, Patience, dispose, server_closed
-from .errors import DatabaseBusyError, DatabaseError, is_retryable, raise_translated, with_code_of
+from .errors import (
+    DatabaseBusyError,
+    DatabaseError,
+    is_retryable,
+    keep_step_params,
+    raise_translated,
+    with_code_of,
+)
 from .plans import Body, Outcome, Plan, Step
 from .statements import Capabilities
 
@@ -74,7 +81,12 @@ def drive(body: Body[Any], execute: Callable[[Step], Outcome]) -> Any:
     try:
         step = next(body)
         while True:
-            step = body.send(execute(step))
+            try:
+                outcome = execute(step)
+            except Exception as exc:
+                keep_step_params(exc, step.params)
+                raise
+            step = body.send(outcome)
     except StopIteration as stop:
         return stop.value
 
