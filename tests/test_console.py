@@ -579,6 +579,21 @@ def test_pending_timeout_fails_only_a_pending_row(path: Path, db: SessionDB) -> 
     assert "0.3 s" in db.get_handoff_state("s1")["error"]  # type: ignore[index]
 
 
+def test_wait_fails_a_request_no_gateway_claimed(path: Path, db: SessionDB) -> None:
+    """`handoff wait` does what its help says for a pending row nobody claims in time: fails
+    it (a compare-and-swap on pending) and exits 3, in text and in JSON."""
+    for session_id, json_flag in (("s1", ()), ("s2", ("--json",))):
+        put(db, session_id, "pending")
+        result = run(
+            "handoff", "wait", session_id, "--pending-timeout", "0.3", "--url", str(path),
+            *json_flag,
+        )  # fmt: skip
+        assert result.returncode == 3, result.stderr
+        assert "read-only" not in result.stderr
+        assert state_of(db, session_id) == "failed"
+    assert json.loads(result.stdout)["outcome"] == "timed_out"
+
+
 def test_running_timeout_leaves_the_row_to_its_gateway(path: Path, db: SessionDB) -> None:
     put(db, "s1", "running")
     result = run("handoff", "wait", "s1", "--running-timeout", "0.3", "--url", str(path))

@@ -207,7 +207,9 @@ def configure_wait(actions: Any) -> None:
 
 def run_wait(args: argparse.Namespace, out: Output) -> Result:
     interrupted = Interrupted()
-    with open_store(args, read_only=True) as db, interrupted.caught(True):
+    # Writable: a request no gateway claims in time is failed (a compare-and-swap on
+    # pending). must_exist: following a session never creates a database.
+    with open_store(args, must_exist=True) as db, interrupted.caught(True):
         return follow(db, args.session_id, args, out, interrupted, withdraw=False)
 
 
