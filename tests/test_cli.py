@@ -216,6 +216,37 @@ def test_handoff_show(cli: Callable[..., CliResult], db: SessionDB) -> None:
     }
 
 
+def test_handoff_show_carries_the_whole_handoff(
+    cli: Callable[..., CliResult], db: SessionDB, db_path: Path
+) -> None:
+    """Who holds it, which attempt, its lease and its times, in JSON and in the text view."""
+    with SessionDB(db_path, owner="gw-7", lease_seconds=90) as gateway:
+        gateway.create_session("s9", "cli")
+        assert gateway.request_handoff("s9", "telegram")
+        assert gateway.claim_handoff("s9")
+    row = db.get_session("s9")
+    assert row is not None
+    document = cli("handoff", "show", "s9", "--json").json()
+    assert document == {
+        "id": "s9",
+        "state": "running",
+        "platform": "telegram",
+        "error": None,
+        "owner": "gw-7",
+        "attempt": 1,
+        "lease_expires_at": row["handoff_lease_expires_at"],
+        "requested_at": row["handoff_requested_at"],
+        "claimed_at": row["handoff_claimed_at"],
+        "finished_at": None,
+    }
+    text = cli("handoff", "show", "s9").out
+    assert "owner: gw-7" in text
+    assert "attempt: 1" in text
+    for label in ("lease expires at: ", "requested at: ", "claimed at: "):
+        assert label in text
+    assert "finished at" not in text
+
+
 def test_handoff_show_of_a_session_never_handed_off(
     cli: Callable[..., CliResult], db: SessionDB
 ) -> None:

@@ -348,12 +348,35 @@ def configure_show(actions: Any) -> None:
     parser.add_argument("session_id", metavar="SESSION_ID")
 
 
+#: What ``handoff show`` says of a handoff beyond its state: (document key, column, times?).
+_SHOWN: Final = (
+    ("owner", "handoff_owner", False),
+    ("attempt", "handoff_attempt", False),
+    ("lease_expires_at", "handoff_lease_expires_at", True),
+    ("requested_at", "handoff_requested_at", True),
+    ("claimed_at", "handoff_claimed_at", True),
+    ("finished_at", "handoff_finished_at", True),
+)
+
+
 def run_show(args: argparse.Namespace, out: Output) -> Result:
     with open_store(args, read_only=True) as db:
-        state = db.get_handoff_state(args.session_id)
-    if state is None:
+        row = db.get_session(args.session_id)
+    if row is None:
         return unknown_session(args.session_id)
-    return Result({"id": args.session_id, **state}, [f"{args.session_id}: {_describe(state)}"])
+    state = {
+        "state": row["handoff_state"],
+        "platform": row["handoff_platform"],
+        "error": row["handoff_error"],
+    }
+    document = {"id": args.session_id, **state}
+    lines: list[str | Table] = [f"{args.session_id}: {_describe(state)}"]
+    for key, column, is_time in _SHOWN:
+        document[key] = row[column]
+        if row[column] is not None and (key != "attempt" or row[column]):
+            shown = local_time(row[column]) if is_time else row[column]
+            lines.append(f"  {key.replace('_', ' ')}: {shown}")
+    return Result(document, lines)
 
 
 def configure_list(actions: Any) -> None:
