@@ -843,3 +843,26 @@ def test_errors_quote_the_environment_url(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert str(folder) in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_ids_print_as_they_are_and_line_up(path: Path, db: SessionDB) -> None:
+    """A bidirectional control in an id is shown as its escape (it would reverse the line),
+    wide characters take two columns, and --json keeps non-ASCII text readable."""
+    for session_id in ("evil\u202eexe.txt", "東京セッション", "emoji🚀", "plain"):
+        db.create_session(session_id, "cli")
+    listed = run("session", "list", "--url", str(path))
+    assert listed.returncode == 0, listed.stderr
+    assert "\u202e" not in listed.stdout
+    assert "evil\\u202eexe.txt" in listed.stdout
+    lines = listed.stdout.splitlines()
+    header, rows = lines[0], {line.split()[0]: line for line in lines[1:]}
+    # Every row's SOURCE column starts where the header's does, counted in terminal columns.
+    column = header.index("SOURCE")
+    for session_id, line in rows.items():
+        prefix = line[: line.index("  cli") + 2]
+        wide = sum(1 for char in prefix if ord(char) > 0x2E7F)
+        assert len(prefix) + wide == column, (session_id, line)
+
+    shown = run("handoff", "show", "東京セッション", "--json", "--url", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert '"id": "東京セッション"' in shown.stdout

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,16 +88,45 @@ class Table:
     def lines(self) -> list[str]:
         cells = [[str(h) for h in self.header]]
         cells += [["-" if cell is None else _flat(str(cell)) for cell in row] for row in self.rows]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(self.header))]
+        widths = [max(_width(row[i]) for row in cells) for i in range(len(self.header))]
         return [
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            "  ".join(
+                cell + " " * (width - _width(cell)) for cell, width in zip(row, widths, strict=True)
+            ).rstrip()
             for row in cells
         ]
 
 
+#: Characters that would reorder or hide what a terminal shows: bidirectional controls.
+_BIDI_CONTROLS: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e") | frozenset(
+    "\u2066\u2067\u2068\u2069"
+)
+
+
 def _flat(text: str) -> str:
-    """A table cell on one line: line breaks shown as ``\\n``."""
-    return text.replace("\r\n", "\n").replace("\n", "\\n")
+    """A table cell on one line and as it is: line breaks shown as ``\\n``, other control
+    characters and bidirectional controls (an id holding U+202E would reverse the line) as
+    their escapes."""
+    text = text.replace("\r\n", "\n").replace("\n", "\\n")
+    return "".join(
+        f"\\u{ord(char):04x}"
+        if char in _BIDI_CONTROLS or unicodedata.category(char) == "Cc"
+        else char
+        for char in text
+    )
+
+
+def _width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide (CJK, most emoji) characters two, combining
+    marks none."""
+    return sum(
+        0
+        if unicodedata.combining(char)
+        else 2
+        if unicodedata.east_asian_width(char) in ("W", "F")
+        else 1
+        for char in text
+    )
 
 
 @dataclass
@@ -166,8 +196,17 @@ class Output:
     def emit(self, result: Result) -> None:
         self.end_progress()
         if self.as_json:
+            # Non-ASCII as itself where the output can carry it (\u escapes elsewhere).
+            readable = "utf" in (getattr(self.stdout, "encoding", None) or "").lower()
             print(
-                json.dumps(result.document, indent=2, sort_keys=True, default=str), file=self.stdout
+                json.dumps(
+                    result.document,
+                    indent=2,
+                    sort_keys=True,
+                    default=str,
+                    ensure_ascii=not readable,
+                ),
+                file=self.stdout,
             )
         else:
             for item in result.text:
