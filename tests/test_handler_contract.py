@@ -131,16 +131,34 @@ def test_handler_gets_the_same_document(db_path: Path, env: dict[str, str], tmp_
     assert row(db_path)["handoff_state"] == "completed"
 
 
-def test_a_failing_command_fails_the_row_with_the_tail_of_its_stderr(
+def test_a_failing_command_fails_the_row_with_the_last_line_of_its_stderr(
     db_path: Path, env: dict[str, str]
 ) -> None:
-    command = "cat > /dev/null; echo connecting >&2; echo 'telegram: 403 Forbidden' >&2; exit 3"
+    """Progress lines are logged, not shown to the user: the error is the last thing the
+    command said (a blank line after it aside)."""
+    command = (
+        "cat > /dev/null; echo connecting >&2; echo 'telegram: 403 Forbidden' >&2; echo >&2; exit 3"
+    )
     result = watch(db_path, env, "--once", "--exec", command)
 
     assert result.returncode == 0, result.stderr
     assert row(db_path)["handoff_state"] == "failed"
-    assert row(db_path)["handoff_error"] == "connecting\ntelegram: 403 Forbidden"
+    assert row(db_path)["handoff_error"] == "telegram: 403 Forbidden"
+    assert f"[{SESSION}] connecting" in result.stderr
     assert f"[{SESSION}] telegram: 403 Forbidden" in result.stderr
+
+
+def test_what_a_succeeding_command_says_on_stderr_is_information(
+    db_path: Path, env: dict[str, str]
+) -> None:
+    command = "cat > /dev/null; echo 'uploading 3 messages' >&2; exit 0"
+    result = watch(db_path, env, "--once", "--log-format", "json", "--exec", command)
+
+    assert result.returncode == 0, result.stderr
+    assert row(db_path)["handoff_state"] == "completed"
+    logged = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    [said] = [entry for entry in logged if entry["message"] == f"[{SESSION}] uploading 3 messages"]
+    assert said["level"] == "INFO"
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_children_and_the_row_fails(

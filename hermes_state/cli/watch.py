@@ -35,7 +35,7 @@ from .common import (
 
 logger = logging.getLogger("hermes_state.watch")
 
-#: Characters of a failed command's stderr kept as the handoff error.
+#: Characters of the last stderr line of a failed command kept as the handoff error.
 STDERR_TAIL: Final = 400
 #: Default of ``--exec-timeout``: a delivery command running longer is killed and failed.
 DEFAULT_EXEC_TIMEOUT: Final = 600.0
@@ -156,11 +156,11 @@ class ExecHandler:
 
     stdin: the row as claimed plus ``messages`` (its transcript), as one JSON document; the
     environment: :func:`handler_environment`. Exit 0 completes the handoff; anything else fails
-    it with the tail of the command's stderr (or "exit N"); every line the command prints is
-    logged, prefixed with the session id. The command runs in its own process group: after
-    ``timeout`` seconds, or when the delivery is cancelled (a drain that timed out), the group
-    gets SIGTERM, then SIGKILL after ``kill_grace`` seconds; if the watcher dies, the group is
-    killed by a parent-death signal (Linux) and by the watchdog.
+    it with the last non-empty line of the command's stderr (or "exit N"); every line the
+    command prints is logged at INFO, prefixed with the session id. The command runs in its
+    own process group: after ``timeout`` seconds, or when the delivery is cancelled (a drain
+    that timed out), the group gets SIGTERM, then SIGKILL after ``kill_grace`` seconds; if the
+    watcher dies, the group is killed by a parent-death signal (Linux) and by the watchdog.
     """
 
     def __init__(
@@ -196,7 +196,9 @@ class ExecHandler:
         io = asyncio.gather(
             _feed(process, payload),
             _relay(process.stdout, session_id, logging.INFO, None),
-            _relay(process.stderr, session_id, logging.WARNING, stderr_tail),
+            # Progress as much as trouble: stderr is logged at INFO, and a failure's one line
+            # (below) at WARNING by the watcher.
+            _relay(process.stderr, session_id, logging.INFO, stderr_tail),
         )
         try:
             async with asyncio.timeout(self.timeout):
@@ -213,8 +215,7 @@ class ExecHandler:
         finally:
             self._watchdog.forget(process.pid)
         if process.returncode != 0:
-            tail = "\n".join(stderr_tail).strip()[-STDERR_TAIL:]
-            raise DeliveryFailed(tail or f"exit {process.returncode}")
+            raise DeliveryFailed(_last_line(stderr_tail) or f"exit {process.returncode}")
 
     async def _stop(self, process: asyncio.subprocess.Process, io: asyncio.Future[Any]) -> None:
         """SIGTERM the command's group, SIGKILL it after the grace period; reap the command."""
@@ -229,6 +230,13 @@ class ExecHandler:
         await process.wait()
         io.cancel()
         await asyncio.gather(io, return_exceptions=True)
+
+
+def _last_line(lines: deque[str]) -> str:
+    """What a failed command's stderr tells the user: its last non-empty line, bounded (the
+    lines before it are progress, which the log keeps)."""
+    said = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return said[:STDERR_TAIL]
 
 
 async def _feed(process: asyncio.subprocess.Process, payload: bytes) -> None:
