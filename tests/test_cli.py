@@ -119,7 +119,9 @@ def test_session_create_keeps_an_existing_session(
     assert "already exists" in cli("session", "create", "alpha").out
 
 
-def test_session_create_json_for_a_new_session(cli: Callable[..., CliResult]) -> None:
+def test_session_create_json_for_a_new_session(
+    cli: Callable[..., CliResult], db: SessionDB
+) -> None:
     result = cli("session", "create", "beta", "--json")
     assert result.code == 0
     assert result.json() == {"id": "beta", "created": True}
@@ -128,6 +130,7 @@ def test_session_create_json_for_a_new_session(cli: Callable[..., CliResult]) ->
 def test_session_create_defaults_to_the_hermes_home_database(
     cli: Callable[..., CliResult], isolated_home: Path
 ) -> None:
+    assert cli("db", "upgrade", url=False).code == 0
     assert cli("session", "create", "home-session", url=False).code == 0
     with SessionDB(isolated_home / "state.db") as store:
         assert store.get_handoff_state("home-session") is not None
@@ -707,7 +710,7 @@ def test_watch_once_exec_gives_the_command_its_row_and_environment(
     [
         (
             'echo "first line" >&2; echo "discord said no" >&2; exit 3',
-            "first line\ndiscord said no",
+            "discord said no",  # the last line: what went wrong, not the progress before it
         ),
         ("exit 7", "exit 7"),
         ("cat > /dev/null; false", "exit 1"),

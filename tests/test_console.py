@@ -77,12 +77,14 @@ def leaf_commands() -> list[tuple[str, ...]]:
 
 
 def test_global_options_work_after_the_command(path: Path) -> None:
+    upgraded = run("db", "upgrade", "--url", str(path), "-v")
+    assert upgraded.returncode == 0, upgraded.stderr
     created = run("session", "create", "s1", "--url", str(path), "--json", "-v")
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout) == {"id": "s1", "created": True}
-    upgraded = run("db", "upgrade", "--url", str(path))
-    assert upgraded.returncode == 0, upgraded.stderr
-    assert "already at" in upgraded.stdout
+    again = run("db", "upgrade", "--url", str(path))
+    assert again.returncode == 0, again.stderr
+    assert "already at" in again.stdout
     # ...and before it, and on the command group in between.
     assert run("--url", str(path), "--json", "handoff", "show", "s1").returncode == 0
     shown = run("handoff", "--url", str(path), "show", "s1", "--json")
@@ -91,7 +93,7 @@ def test_global_options_work_after_the_command(path: Path) -> None:
 
 def test_the_option_after_the_command_wins(path: Path, tmp_path: Path) -> None:
     other = tmp_path / "other.db"
-    assert run("--url", str(other), "session", "create", "s1", "--url", str(path)).returncode == 0
+    assert run("--url", str(other), "db", "upgrade", "--url", str(path)).returncode == 0
     assert path.exists()
     assert not other.exists()
 
@@ -794,14 +796,21 @@ def test_every_writing_command_has_dry_run() -> None:
     assert "--dry-run" not in run("watch", "--help").stdout
 
 
-def test_dry_run_creates_no_database(path: Path) -> None:
-    created = run("session", "create", "s1", "--dry-run", "--url", str(path))
-    assert created.returncode == 0, created.stderr
-    assert created.stdout == f"dry run: would have created {path} and session 's1'\n"
-    for argv in (("handoff", "request", "s1", "p"), ("handoff", "retry", "s1")):
-        refused = run(*argv, "--dry-run", "--url", str(path))
-        assert refused.returncode == 1
+def test_no_command_but_db_upgrade_creates_a_database(path: Path) -> None:
+    """A mistyped --url leaves nothing behind: every command that is not `db upgrade` refuses
+    a missing file with the command that creates it, naming the file as it was typed."""
+    for argv in (
+        ("session", "create", "s1"),
+        ("session", "create", "s1", "--dry-run"),
+        ("handoff", "request", "s1", "p"),
+        ("handoff", "request", "s1", "p", "--dry-run"),
+        ("handoff", "retry", "s1", "--dry-run"),
+        ("watch", "--exec", "true", "--once"),
+    ):
+        refused = run(*argv, "--url", str(path))
+        assert refused.returncode == 1, (argv, refused.stderr)
         assert "there is no database" in refused.stderr
+        assert f"hermes-state db upgrade --url {path}" in refused.stderr
     assert not path.exists()
 
 

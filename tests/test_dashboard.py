@@ -194,6 +194,7 @@ def test_session_paths_survive_dot_segment_resolution() -> None:
 
 
 def test_a_loopback_dashboard_answers_only_to_loopback_names(tmp_path: Path) -> None:
+    SessionDB(tmp_path / "state.db").close()  # only `db upgrade` or the library creates one
     with DashboardProcess(tmp_path / "state.db") as dashboard:
         port = dashboard.base.rsplit(":", 1)[1]
         for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
@@ -531,6 +532,7 @@ def test_help_shows_the_environment_twins(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_the_dashboard_serves_its_static_files(tmp_path: Path) -> None:
+    SessionDB(tmp_path / "state.db").close()  # only `db upgrade` or the library creates one
     with DashboardProcess(tmp_path / "state.db") as dashboard:
         for name in ("dashboard.js", "dashboard.css"):
             with urllib.request.urlopen(f"{dashboard.base}/static/{name}") as response:
@@ -616,3 +618,22 @@ def test_watch_metrics_port_bad_input(tmp_path: Path) -> None:
 
 def test_module_constants_are_sane() -> None:
     assert dashboard_app.ACTOR == "dashboard"
+
+
+def test_the_dashboard_never_creates_or_migrates_a_database(tmp_path: Path) -> None:
+    """Without a token it only reads: a missing file is refused, not created; a file behind
+    head is refused with the command that upgrades it, and left byte for byte as it was."""
+    missing = tmp_path / "typo.db"
+    done = run_cli(missing, "dashboard", "--port", "0", timeout=60)
+    assert done.returncode == 1
+    assert f"hermes-state db upgrade --url {missing}" in done.stderr
+    assert not missing.exists()
+
+    behind = tmp_path / "behind" / "state.db"
+    behind.parent.mkdir()
+    assert run_cli(behind, "db", "upgrade", "0005_session_turn_leases").returncode == 0
+    before = behind.read_bytes()
+    refused = run_cli(behind, "dashboard", "--port", "0", timeout=60)
+    assert refused.returncode == 1
+    assert "db upgrade" in refused.stderr
+    assert behind.read_bytes() == before

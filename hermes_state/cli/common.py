@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import signal
 import time
 import unicodedata
@@ -22,6 +23,7 @@ from ..engine import ENV_URL, describe, is_sqlite, resolve_url
 from ..errors import (
     HermesStateError,
     InvalidInputError,
+    SchemaOutOfDateError,
 )
 from ..models import HandoffState
 
@@ -376,8 +378,51 @@ def database_url(args: argparse.Namespace, *, must_exist: bool = False) -> URL:
     """The database a command works on; ``must_exist`` refuses to create an SQLite file."""
     url = resolve_url(_typed_url(args))
     if must_exist and is_sqlite(url) and url.database and not Path(url.database).exists():
+        _refuse_a_file_as_folder(Path(url.database))
         raise HermesStateError(
-            f"there is no database at {url.database}; `hermes-state db upgrade` creates one"
+            f"there is no database at {url.database}; `{_upgrade_as_typed(args, url)}` creates one"
+        )
+    return url
+
+
+def _refuse_a_file_as_folder(path: Path) -> None:
+    """A path below a regular file is bad input (exit 2), not a database that is missing."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InvalidInputError(
+                    f"{path} is below {parent}, which is a file; give a path whose parents "
+                    "are folders"
+                )
+            return
+
+
+def _upgrade_as_typed(args: argparse.Namespace, url: URL) -> str:
+    """The command that creates or migrates the database, naming it as the user did."""
+    typed = getattr(args, "url", None)
+    if typed is None:
+        return "hermes-state db upgrade"
+    return f"hermes-state db upgrade --url {shlex.quote(_mask_password(typed))}"
+
+
+def existing_url(args: argparse.Namespace) -> URL:
+    """The database a command that writes rows works on: it must exist and be at head, since
+    only ``db upgrade`` creates or migrates one (a mistyped --url must not leave a new
+    database behind, nor a gateway watch an empty one)."""
+    from ..schema import HEAD_REVISION, FileKind, look_at_sqlite_file
+
+    url = database_url(args, must_exist=True)
+    if not is_sqlite(url):
+        return url  # a server database that is behind is refused when the store opens
+    state = look_at_sqlite_file(url)
+    if state.kind is FileKind.NEW:
+        raise HermesStateError(
+            f"{url.database} holds no database yet; `{_upgrade_as_typed(args, url)}` creates one"
+        )
+    if state.kind is FileKind.HERMES and state.revision != HEAD_REVISION:
+        raise SchemaOutOfDateError(
+            f"{url.database} is at revision {state.revision or 'none (not adopted yet)'}, "
+            f"behind {HEAD_REVISION}; run `{_upgrade_as_typed(args, url)}` and try again"
         )
     return url
 
@@ -395,14 +440,15 @@ def _typed_url(args: argparse.Namespace) -> str | None:
 def open_store(
     args: argparse.Namespace, *, must_exist: bool = False, read_only: bool = False
 ) -> SessionDB:
-    """The store a command works on (an embedded file is created and migrated on demand).
+    """The store a command works on: one that exists and is at head (see
+    :func:`existing_url`); ``db upgrade`` is the command that creates or migrates one.
 
     ``read_only`` for commands that only read: nothing is created, migrated or written, and a
     database that is not at head is refused with the command that brings it there.
     """
     from ..store import SessionDB
 
-    url = database_url(args, must_exist=must_exist or read_only)
+    url = database_url(args, must_exist=True) if read_only else existing_url(args)
     return SessionDB(url=url, actor=CLI_ACTOR, read_only=read_only)
 
 

@@ -9,7 +9,15 @@ import socket
 from typing import Any, Final
 
 from ..errors import HermesStateError, InvalidInputError
-from .common import Output, Result, add_option, command, database_url, whole_number
+from .common import (
+    Output,
+    Result,
+    add_option,
+    command,
+    database_url,
+    existing_url,
+    whole_number,
+)
 
 logger = logging.getLogger("hermes_state.dashboard")
 
@@ -86,7 +94,12 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> Result:
     from ..threaded import AsyncSessionDB
 
     listener = _listen(args.host, args.port)
-    store = SessionDB(url=database_url(args), actor=ACTOR)
+    # Without a token the dashboard only reads: read-only, nothing created or migrated. With
+    # one, its actions write rows, on a database that exists and is at head.
+    if token:
+        store = SessionDB(url=existing_url(args), actor=ACTOR)
+    else:
+        store = SessionDB(url=database_url(args, must_exist=True), actor=ACTOR, read_only=True)
     try:
         # On loopback, answer only to loopback names (DNS rebinding); elsewhere any name.
         allowed = LOOPBACK_NAMES if is_loopback(args.host) else None

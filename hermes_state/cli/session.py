@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Final
 
-from ..engine import is_sqlite
+from ..validation import require_identifier
 from .common import (
     EXIT_OK,
     MAX_ROWS,
@@ -18,7 +17,6 @@ from .common import (
     Table,
     add_option,
     command,
-    database_url,
     group,
     local_time,
     open_store,
@@ -62,12 +60,7 @@ def configure_create(actions: Any) -> None:
 
 
 def run_create(args: argparse.Namespace, out: Output) -> Result:
-    url = database_url(args)
-    if args.dry_run and is_sqlite(url) and url.database and not Path(url.database).exists():
-        return Result(
-            {"id": args.session_id, "created": True, "dry_run": True, "new_database": True},
-            [f"dry run: would have created {url.database} and session {args.session_id!r}"],
-        )
+    require_identifier("session_id", args.session_id)  # bad input before any database work
     with open_store(args, read_only=args.dry_run) as db:
         existed = db.get_session(args.session_id) is not None
         if not args.dry_run:

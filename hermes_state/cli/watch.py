@@ -27,7 +27,7 @@ from .common import (
     Result,
     add_option,
     command,
-    database_url,
+    existing_url,
     finite_number,
     repeated,
     whole_number,
@@ -458,7 +458,7 @@ def run_watch(args: argparse.Namespace, out: Output) -> Result:
     )
     metrics = _watcher_metrics(args.metrics_port)
     store = SessionDB(
-        url=database_url(args),
+        url=existing_url(args),
         owner=args.owner or default_owner(),
         lease_seconds=args.lease_seconds,
     )
