@@ -150,7 +150,8 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
     out = Output(args.json is True, stdout, stderr)
     try:
         check_environment(args)
-    except InvalidInputError as exc:
+        _check_names(args)
+    except (InvalidInputError, InvalidInputTypeError) as exc:
         return _failed(out, str(exc), EXIT_BAD_INPUT)
     if args.url:
         out.typed_urls.append(args.url)
@@ -163,6 +164,17 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
         for name in ("hermes_state", "gateway"):
             logging.getLogger(name).setLevel(logging.INFO)
     return _run(args, out)
+
+
+def _check_names(args: argparse.Namespace) -> None:
+    """A session id or platform the store would refuse is bad input before anything opens a
+    database (a missing database is then not what the user hears about)."""
+    from ..validation import NAME_LENGTH, require_identifier
+
+    if isinstance(getattr(args, "session_id", None), str):
+        require_identifier("session_id", args.session_id)
+    if isinstance(getattr(args, "platform", None), str):
+        require_identifier("platform", args.platform, max_length=NAME_LENGTH)
 
 
 def _run(args: argparse.Namespace, out: Output) -> int:

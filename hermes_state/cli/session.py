@@ -7,7 +7,6 @@ import time
 from datetime import datetime
 from typing import Any, Final
 
-from ..validation import require_identifier
 from .common import (
     EXIT_OK,
     MAX_ROWS,
@@ -60,7 +59,6 @@ def configure_create(actions: Any) -> None:
 
 
 def run_create(args: argparse.Namespace, out: Output) -> Result:
-    require_identifier("session_id", args.session_id)  # bad input before any database work
     with open_store(args, read_only=args.dry_run) as db:
         existed = db.get_session(args.session_id) is not None
         if not args.dry_run:
