@@ -406,7 +406,7 @@ def test_handoff_reclaim(cli: Callable[..., CliResult], db: SessionDB) -> None:
     put(db, "waiting", "pending")
     result = cli("handoff", "reclaim", "--json")
     assert result.code == 0
-    assert result.json() == {"reclaimed": ["run-a", "run-b"]}
+    assert result.json() == {"reclaimed": ["run-a", "run-b"], "under_live_lease": []}
     for session_id in ("run-a", "run-b"):
         handoff = db.get_handoff_state(session_id)
         assert handoff is not None
@@ -429,7 +429,7 @@ def test_handoff_reclaim_text_and_nothing_to_do(
     assert result.code == 0
     assert "reclaimed 1 running handoff(s)" in result.out
     assert "r1" in result.out
-    assert cli("handoff", "reclaim", "--json").json() == {"reclaimed": []}
+    assert cli("handoff", "reclaim", "--json").json() == {"reclaimed": [], "under_live_lease": []}
 
 
 def test_handoff_reclaim_leaves_a_live_lease_to_its_gateway_unless_all(
@@ -445,10 +445,16 @@ def test_handoff_reclaim_leaves_a_live_lease_to_its_gateway_unless_all(
     assert db.get_handoff_state("unleased")["state"] == "running"  # a dry run changes nothing
     assert "unleased" in cli("handoff", "reclaim", "--dry-run").out
 
-    assert cli("handoff", "reclaim", "--json").json() == {"reclaimed": ["unleased"]}
+    assert cli("handoff", "reclaim", "--json").json() == {
+        "reclaimed": ["unleased"],
+        "under_live_lease": ["leased"],
+    }
     assert db.get_handoff_state("leased")["state"] == "running"
 
-    assert cli("handoff", "reclaim", "--all", "--json").json() == {"reclaimed": ["leased"]}
+    assert cli("handoff", "reclaim", "--all", "--json").json() == {
+        "reclaimed": ["leased"],
+        "under_live_lease": [],
+    }
     leased = db.get_handoff_state("leased")
     assert leased is not None
     assert leased["state"] == "failed"

@@ -826,6 +826,15 @@ def test_reclaim_dry_run_names_live_leases_and_the_option(path: Path, db: Sessio
     assert "only --all would fail them" in result.stdout
     assert "gw-live" in result.stdout
 
+    # The reclaim itself says the same of what it left.
+    done = run("handoff", "reclaim", "--url", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "reclaimed 0" in done.stdout
+    assert "1 running handoff(s) are under a live lease" in done.stdout
+    assert "gw-live" in done.stdout
+    as_json = json.loads(run("handoff", "reclaim", "--url", str(path), "--json").stdout)
+    assert as_json == {"reclaimed": [], "under_live_lease": ["mine"]}
+
 
 def test_copy_progress_shows_rate_and_time_left(tmp_path: Path, path: Path, db: SessionDB) -> None:
     for index in range(60):

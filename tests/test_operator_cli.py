@@ -242,7 +242,7 @@ def test_reclaim_leaves_live_leases_alone_unless_all(
     reader = stores()
     reclaimed = on("handoff", "reclaim", "--json")
     assert reclaimed.code == 0, reclaimed.err
-    assert reclaimed.json() == {"reclaimed": ["expired", "unleased"]}
+    assert reclaimed.json() == {"reclaimed": ["expired", "unleased"], "under_live_lease": ["live"]}
     for session_id in ("expired", "unleased"):
         assert reader.get_handoff_state(session_id) == {
             "state": "failed",
@@ -263,6 +263,7 @@ def test_reclaim_leaves_live_leases_alone_unless_all(
     again = on("handoff", "reclaim")
     assert again.code == 0
     assert "reclaimed 0 running handoff(s)" in again.out
+    assert "1 running handoff(s) are under a live lease" in again.out
     assert reader.get_handoff_state("live")["state"] == "running"
 
     forced = on("handoff", "reclaim", "--all")
@@ -271,7 +272,10 @@ def test_reclaim_leaves_live_leases_alone_unless_all(
     assert "live" in forced.out
     assert reader.get_handoff_state("live")["state"] == "failed"
     assert reader.get_handoff_state("waiting")["state"] == "pending"
-    assert on("handoff", "reclaim", "--all", "--json").json() == {"reclaimed": []}
+    assert on("handoff", "reclaim", "--all", "--json").json() == {
+        "reclaimed": [],
+        "under_live_lease": [],
+    }
 
 
 # -- handoff retry -----------------------------------------------------------------------------

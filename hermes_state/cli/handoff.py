@@ -488,10 +488,25 @@ def run_reclaim(args: argparse.Namespace, out: Output) -> Result:
             return _reclaim_preview(db, everything=args.all)
         reclaim = db.reclaim_running_handoffs if args.all else db.reclaim_stale_running_handoffs
         reclaimed = reclaim(STRANDED_ERROR)
-    return Result(
-        {"reclaimed": reclaimed},
-        [f"reclaimed {len(reclaimed)} running handoff(s)", *(f"  {sid}" for sid in reclaimed)],
-    )
+        # What is still running now is under a live lease: said, so "reclaimed 0" is not read
+        # as "nothing is running".
+        leased = [] if args.all else db.preview_reclaim("all")
+    text: list[str | Table] = [
+        f"reclaimed {len(reclaimed)} running handoff(s)",
+        *(f"  {sid}" for sid in reclaimed),
+    ]
+    if leased:
+        text.append(
+            f"{len(leased)} running handoff(s) are under a live lease, left to their gateway; "
+            "only --all would fail them:"
+        )
+        text.append(
+            Table(
+                ["SESSION", "OWNER", "LEASE EXPIRES"],
+                [(r["id"], r["owner"], local_time(r["lease_expires_at"])) for r in leased],
+            )
+        )
+    return Result({"reclaimed": reclaimed, "under_live_lease": [r["id"] for r in leased]}, text)
 
 
 def _reclaim_preview(db: SessionDB, *, everything: bool) -> Result:
