@@ -26,7 +26,7 @@ import pytest
 from hermes_state import SessionDB
 from hermes_state.cli import build_parser
 from hermes_state.cli.handoff import WITHDRAWN_ERROR
-from hermes_state.engine import resolve_url
+from hermes_state.engine import ENV_URL, resolve_url
 from hermes_state.models import sessions as sessions_table
 from tests.conftest import require_server, throwaway_database, url_arg
 from tests.digest import database_digest
@@ -884,3 +884,14 @@ def test_ids_print_as_they_are_and_line_up(path: Path, db: SessionDB) -> None:
     shown = run("handoff", "show", "東京セッション", "--json", "--url", str(path))
     assert shown.returncode == 0, shown.stderr
     assert '"id": "東京セッション"' in shown.stdout
+
+
+def test_the_demo_refuses_a_database_of_the_users(tmp_path: Path) -> None:
+    """The demo kills a gateway mid-delivery on its own temporary database; given --url (or
+    HERMES_STATE_URL) it says so instead of ignoring it, and creates nothing."""
+    named = tmp_path / "mine.db"
+    for argv, env in ((("demo", "--url", str(named)), None), (("demo",), {ENV_URL: str(named)})):
+        refused = run(*argv, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert "leave out --url" in refused.stderr
+    assert not named.exists()

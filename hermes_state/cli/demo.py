@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HermesStateError
+from ..errors import HermesStateError, InvalidInputError
 from ..store import SessionDB
 from .common import Output, Result, add_option, command
 
@@ -83,6 +83,12 @@ def configure_demo(commands: Any) -> None:
 
 
 def run_demo(args: argparse.Namespace, out: Output) -> Result:
+    if getattr(args, "url", None) is not None:
+        # The story kills a gateway mid-delivery and reclaims its row: never on a real database.
+        raise InvalidInputError(
+            "demo runs on a temporary database of its own and never touches another; "
+            "leave out --url and HERMES_STATE_URL (--keep keeps the temporary one)"
+        )
     logging.getLogger("gateway").setLevel(logging.WARNING)  # the narrative says what happens
     folder = Path(tempfile.mkdtemp(prefix="hermes-state-demo-"))
     path = folder / "state.db"
