@@ -217,6 +217,17 @@ def test_without_a_token_the_dashboard_is_read_only(db: SessionDB) -> None:
     assert db.get_handoff_state("f")["state"] == "failed"
 
 
+def test_a_wrong_token_is_told_apart_from_a_missing_one(db: SessionDB) -> None:
+    put(db, "f", "failed")
+    with client_for(db) as client:
+        missing = client.post("/api/actions/retry/f")
+        wrong = client.post("/api/actions/retry/f", headers={"Authorization": "Bearer wrong"})
+    assert (missing.status_code, wrong.status_code) == (401, 401)
+    assert "send the dashboard token" in missing.json()["error"]
+    assert "wrong dashboard token" in wrong.json()["error"]
+    assert db.get_handoff_state("f")["state"] == "failed"
+
+
 @pytest.mark.parametrize(
     ("headers", "status"),
     [

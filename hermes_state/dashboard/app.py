@@ -147,10 +147,10 @@ class Dashboard:
         if origin is not None and not _same_origin(origin, request):
             return _error(403, "cross-site request refused (Origin does not match this dashboard)")
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            presented.strip().encode(), self.token.encode()
-        ):
+        if scheme.lower() != "bearer" or not presented.strip():
             return _error(401, "send the dashboard token as `Authorization: Bearer TOKEN`")
+        if not hmac.compare_digest(presented.strip().encode(), self.token.encode()):
+            return _error(401, "wrong dashboard token: send the one the dashboard was started with")
         return None
 
 
