@@ -895,3 +895,18 @@ def test_the_demo_refuses_a_database_of_the_users(tmp_path: Path) -> None:
         assert refused.returncode == 2, refused.stderr
         assert "leave out --url" in refused.stderr
     assert not named.exists()
+
+
+def test_prune_events_shows_its_required_option_as_required(path: Path, db: SessionDB) -> None:
+    usage = run("handoff", "prune-events", "--help").stdout
+    assert " --older-than DAYS" in usage
+    assert "[--older-than DAYS]" not in usage
+    missing = run("handoff", "prune-events", "--url", str(path))
+    assert missing.returncode == 2
+    assert "--older-than" in missing.stderr
+    # Its environment twin gives it as well as the option does.
+    from_env = run(
+        "handoff", "prune-events", "--dry-run", "--url", str(path),
+        env={"HERMES_STATE_PRUNE_OLDER_THAN": "30"},
+    )  # fmt: skip
+    assert from_env.returncode == 0, from_env.stderr

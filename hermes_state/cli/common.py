@@ -316,11 +316,13 @@ def add_option(
     flag: bool = False,
     repeatable: bool = False,
     metavar: str | None = None,
+    required: bool = False,
 ) -> None:
     """An option whose default comes from ``env``; ``--help`` shows the variable.
 
     Repeatable options read a comma-separated list from the environment. A malformed
-    environment value is reported as bad input when a command that reads it runs.
+    environment value is reported as bad input when a command that reads it runs. A
+    ``required`` option is required (and shown so in the usage) unless ``env`` gives it.
     """
     raw = os.environ.get(env)
     help_text = f"{help} [env: {env}]"
@@ -345,7 +347,14 @@ def add_option(
             value = kind(raw.strip())
         except (ValueError, argparse.ArgumentTypeError) as exc:
             value = _BadEnvironment(f"argument {max(flags, key=len)}: {exc} (from {env})")
-    parser.add_argument(*flags, type=kind, default=value, help=help_text, metavar=metavar)
+    parser.add_argument(
+        *flags,
+        type=kind,
+        default=value,
+        help=help_text,
+        metavar=metavar,
+        required=required and value is None,
+    )
 
 
 def _dest(flags: Sequence[str]) -> str:

@@ -635,6 +635,7 @@ def configure_prune(actions: Any) -> None:
         kind=finite_number("days", allow_zero=False, maximum=36500),
         metavar="DAYS",
         help="age in days (above 0 up to 36500; required)",
+        required=True,
     )
     _dry_run_option(parser, "the prune")
 
