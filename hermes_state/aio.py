@@ -26,6 +26,9 @@ from .statements import Capabilities, ReclaimScope
 from .store import Clock, StoreSettings
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .surface import AsyncStore
 
 __all__ = ["NativeAsyncSessionDB"]
@@ -60,9 +63,9 @@ class NativeAsyncSessionDB(StoreSettings):
 
     def __init__(
         self,
-        db_path: str | os.PathLike[str] | None = None,
+        db_path: str | os.PathLike[str] | Engine | AsyncEngine | None = None,
         *,
-        url: str | URL | None = None,
+        url: str | URL | Engine | AsyncEngine | None = None,
         busy_patience: float = 30.0,
         clock: Clock = time.time,
         owner: str | None = None,

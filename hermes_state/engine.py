@@ -112,8 +112,17 @@ def default_db_path() -> Path:
     return hermes_home() / "state.db"
 
 
-def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
-    """A URL from an explicit URL or path, else ``HERMES_STATE_URL``, else the default file.
+def _is_engine(target: object) -> bool:
+    """An SQLAlchemy ``Engine`` or ``AsyncEngine`` (told by shape: importing the asyncio
+    extension to ask would cost every process that opens a store)."""
+    return isinstance(getattr(target, "url", None), URL) and callable(
+        getattr(target, "dispose", None)
+    )
+
+
+def resolve_url(target: str | os.PathLike[str] | URL | Engine | AsyncEngine | None = None) -> URL:
+    """A URL from an explicit URL, path or engine, else ``HERMES_STATE_URL``, else the default
+    file.
 
     Anything without ``://`` is a path to an SQLite file. A URL without a driver gets the one
     hermes-state depends on (``postgresql://`` becomes ``postgresql+psycopg://``), and
@@ -121,6 +130,10 @@ def resolve_url(target: str | os.PathLike[str] | URL | None = None) -> URL:
     """
     if target is None:
         target = os.environ.get(ENV_URL) or default_db_path()
+    if _is_engine(target):
+        # An Engine or AsyncEngine of the caller's: the database it points at. The store makes
+        # its own engine for it (its pool, pragmas, listeners); the caller's is left alone.
+        target = target.url  # type: ignore[union-attr]
     if isinstance(target, URL):
         url = target
     elif isinstance(target, str) and "://" in target:

@@ -23,6 +23,9 @@ from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .surface import Store
 
 __all__ = ["SessionDB", "StoreSettings"]
@@ -41,8 +44,8 @@ class StoreSettings:
 
     def __init__(
         self,
-        db_path: str | os.PathLike[str] | None,
-        url: str | URL | None,
+        db_path: str | os.PathLike[str] | Engine | AsyncEngine | None,
+        url: str | URL | Engine | AsyncEngine | None,
         *,
         busy_patience: float,
         clock: Clock,
@@ -99,9 +102,9 @@ class SessionDB(StoreSettings):
 
     def __init__(
         self,
-        db_path: str | os.PathLike[str] | None = None,
+        db_path: str | os.PathLike[str] | Engine | AsyncEngine | None = None,
         *,
-        url: str | URL | None = None,
+        url: str | URL | Engine | AsyncEngine | None = None,
         busy_patience: float = 30.0,
         clock: Clock = time.time,
         owner: str | None = None,
