@@ -84,3 +84,13 @@ def test_a_store_and_a_command_work_without_the_orm(tmp_path: Path) -> None:
         "from hermes_state.models import Session, sessions\nassert Session.__table__ is sessions"
     )
     assert {"sqlalchemy.orm", "hermes_state.models.orm"} <= loaded
+
+
+def test_the_orm_session_class_has_a_name_that_does_not_clash() -> None:
+    from sqlalchemy.orm import Session as OrmSession
+
+    from hermes_state.models import AgentSession, Session, sessions
+
+    assert AgentSession is Session  # the first name is kept
+    assert AgentSession.__table__ is sessions
+    assert AgentSession is not OrmSession

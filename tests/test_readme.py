@@ -64,7 +64,7 @@ def run_example(code: str, folder: Path, env: dict[str, str]) -> subprocess.Comp
 FRAGMENTS = (
     'db.request_handoff("s1", "telegram")  # True',
     "finish_reason=",
-    "selectinload(Session.messages)",
+    "selectinload(AgentSession.messages)",
     "NativeAsyncSessionDB() as db:",
     "runner.serve()",
     "claim_pending_handoffs(100)",
@@ -158,7 +158,7 @@ def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:
 
 
 def test_the_models_example(tmp_path: Path, isolated_home: Path) -> None:
-    result = run_example(example("selectinload(Session.messages)"), tmp_path, {})
+    result = run_example(example("selectinload(AgentSession.messages)"), tmp_path, {})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "s1 3 1",

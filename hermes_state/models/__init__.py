@@ -3,9 +3,9 @@ transcript, and every other table of upstream's schema 30.
 
 The tables (:mod:`.tables`, and upstream's own beside them in :mod:`.upstream`) are what the
 stores, the watcher, the migrations and the command line use; the ORM classes (:mod:`.orm`:
-``Base``, ``Session``, ``Message``, ``HandoffEvent``, ``SessionTurnLease``, ``SystemPrompt``
-and one class per upstream table) are mapped onto them and load on first use, so that opening
-a store does not import ``sqlalchemy.orm``.
+``Base``, ``AgentSession`` (also ``Session``), ``Message``, ``HandoffEvent``,
+``SessionTurnLease``, ``SystemPrompt`` and one class per upstream table) are mapped onto
+them and load on first use, so that opening a store does not import ``sqlalchemy.orm``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from .upstream import (
 
 if TYPE_CHECKING:
     from .orm import (
+        AgentSession,
         AsyncDelegation,
         Base,
         CompressionLock,
@@ -72,6 +73,7 @@ __all__ = [
     "NAMING_CONVENTION",
     "REQUESTABLE_STATES",
     "UPSTREAM_SCHEMA_VERSION",
+    "AgentSession",
     "AsyncDelegation",
     "Base",
     "CompressionLock",
@@ -114,6 +116,7 @@ __all__ = [
 
 _ORM_CLASSES = frozenset(
     {
+        "AgentSession",
         "AsyncDelegation",
         "Base",
         "CompressionLock",

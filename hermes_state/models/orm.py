@@ -1,6 +1,6 @@
 """The ORM classes, mapped onto the tables of :mod:`hermes_state.models.tables`.
 
-Loaded only when a class is first asked for (``from hermes_state.models import Session``):
+Loaded only when a class is first asked for (``from hermes_state.models import AgentSession``):
 the stores, the watcher and the command line work on the tables alone, and loading
 ``sqlalchemy.orm`` would cost every process that opens a store a quarter of its start-up.
 """
@@ -13,6 +13,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, relationship
 from . import tables, upstream
 
 __all__ = [
+    "AgentSession",
     "AsyncDelegation",
     "Base",
     "CompressionLock",
@@ -41,7 +42,7 @@ class Base(AsyncAttrs, DeclarativeBase):
     metadata = tables.metadata
 
 
-class Session(Base):
+class AgentSession(Base):
     """One agent session; the ``handoff_*`` columns carry its handoff state machine.
 
     Times are epoch seconds as floats, the format existing ``state.db`` files use.
@@ -126,6 +127,11 @@ class Session(Base):
     )
 
 
+#: The session class under its first name; ``AgentSession`` does not clash with SQLAlchemy's
+#: ``sqlalchemy.orm.Session`` in a module that imports both.
+Session = AgentSession
+
+
 class Message(Base):
     """One transcript entry of a session, in insertion order."""
 
@@ -163,7 +169,7 @@ class Message(Base):
     tool_call_uids: Mapped[str | None]
     tool_call_uid: Mapped[str | None]
 
-    session: Mapped[Session] = relationship(back_populates="messages")
+    session: Mapped[AgentSession] = relationship(back_populates="messages")
 
 
 class HandoffEvent(Base):
