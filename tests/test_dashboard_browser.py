@@ -212,7 +212,7 @@ def test_an_action_is_refused_without_the_token_and_accepted_with_it(
         click_action(browser, "waiting-1", "withdraw")
         answer_prompt(browser, "not-the-token")
         wait_for(browser, lambda d: "refused" in flash_text(d), "the refusal")
-        assert "Bearer" in flash_text(browser)
+        assert "wrong dashboard token" in flash_text(browser)
         with SessionDB(database) as db:
             assert db.get_handoff_state("waiting-1")["state"] == "pending"
         click_action(browser, "waiting-1", "withdraw")
