@@ -495,17 +495,7 @@ def run_reclaim(args: argparse.Namespace, out: Output) -> Result:
         f"reclaimed {len(reclaimed)} running handoff(s)",
         *(f"  {sid}" for sid in reclaimed),
     ]
-    if leased:
-        text.append(
-            f"{len(leased)} running handoff(s) are under a live lease, left to their gateway; "
-            "only --all would fail them:"
-        )
-        text.append(
-            Table(
-                ["SESSION", "OWNER", "LEASE EXPIRES"],
-                [(r["id"], r["owner"], local_time(r["lease_expires_at"])) for r in leased],
-            )
-        )
+    text += _left_under_live_leases(leased)
     return Result({"reclaimed": reclaimed, "under_live_lease": [r["id"] for r in leased]}, text)
 
 
@@ -524,18 +514,23 @@ def _reclaim_preview(db: SessionDB, *, everything: bool) -> Result:
         text.append(
             Table(["SESSION", "OWNER", "WHY"], [(r["id"], r["owner"], r["reason"]) for r in found])
         )
-    if leased and not everything:
-        text.append(
-            f"{len(leased)} running handoff(s) are under a live lease, left to their gateway; "
-            "only --all would fail them:"
-        )
-        text.append(
-            Table(
-                ["SESSION", "OWNER", "LEASE EXPIRES"],
-                [(r["id"], r["owner"], local_time(r["lease_expires_at"])) for r in leased],
-            )
-        )
+    if not everything:
+        text += _left_under_live_leases(leased)
     return Result(document, text)
+
+
+def _left_under_live_leases(leased: list[dict[str, Any]]) -> list[str | Table]:
+    """What a reclaim (or its dry run) leaves to the gateways that hold live leases."""
+    if not leased:
+        return []
+    return [
+        f"{len(leased)} running handoff(s) are under a live lease, left to their gateway; "
+        "only --all would fail them:",
+        Table(
+            ["SESSION", "OWNER", "LEASE EXPIRES"],
+            [(r["id"], r["owner"], local_time(r["lease_expires_at"])) for r in leased],
+        ),
+    ]
 
 
 def configure_retry(actions: Any) -> None:
