@@ -27,9 +27,18 @@ escape's one character).
 
 from __future__ import annotations
 
-from typing import Final
+import json
+from typing import Any, Final
 
-__all__ = ["ESCAPE", "NUL_MARKER", "from_server", "to_server"]
+__all__ = [
+    "ESCAPE",
+    "MULTIMODAL_PREFIX",
+    "NUL_MARKER",
+    "decoded_content",
+    "encoded_content",
+    "from_server",
+    "to_server",
+]
 
 #: What upstream's leading NUL becomes on a server.
 NUL_MARKER: Final = "\uffff"
@@ -62,3 +71,37 @@ def from_server(value: str | None) -> str | None:
     if first == ESCAPE:
         return value[1:]
     return value
+
+
+#: Upstream's mark for multimodal content (a list of parts, or a dict) stored as text:
+#: ``"\x00json:" + json.dumps(value)``.
+MULTIMODAL_PREFIX: Final = "\x00json:"
+#: The same mark as a server holds it (the NUL is U+FFFF there).
+_SERVER_MULTIMODAL_PREFIX: Final = NUL_MARKER + MULTIMODAL_PREFIX[1:]
+
+
+def decoded_content(value: Any, *, server: bool = False) -> Any:
+    """Message content as upstream's ``get_messages`` returns it: multimodal content stored
+    with upstream's prefix becomes the list (or dict) it encodes; anything else, and a prefix
+    followed by invalid JSON, is returned as stored. ``server``: read from PostgreSQL or
+    MySQL/MariaDB, which may hold the prefix in its server form (or, on MySQL, as it is)."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(MULTIMODAL_PREFIX):
+        encoded = value[len(MULTIMODAL_PREFIX) :]
+    elif server and value.startswith(_SERVER_MULTIMODAL_PREFIX):
+        encoded = value[len(_SERVER_MULTIMODAL_PREFIX) :]
+    else:
+        return value
+    try:
+        return json.loads(encoded)
+    except ValueError:
+        return value
+
+
+def encoded_content(value: Any) -> str | None:
+    """The inverse of :func:`decoded_content` on SQLite: a list or dict as upstream stores
+    multimodal content, text (or None) as it is."""
+    if value is None or isinstance(value, str):
+        return value
+    return MULTIMODAL_PREFIX + json.dumps(value)

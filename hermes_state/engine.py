@@ -299,15 +299,24 @@ def _may_write(path: Path) -> bool:
     return all(os.access(candidate, os.W_OK) for candidate in (path, path.parent, *present))
 
 
+def _holds_wal_frames(path: Path) -> bool:
+    try:
+        return os.path.getsize(f"{path}-wal") > 0
+    except OSError:
+        return False
+
+
 def _reading_uri(path: str) -> str:
     """The SQLite URI a connection that only reads opens ``path`` with (it never creates it).
 
     A file this process may write is opened read-write, its connections made read-only with
     ``PRAGMA query_only``: SQLite removes the -wal and -shm of a WAL database when its last
     connection closes, unless that connection is a read-only one, which cannot, so every
-    read-only open that came last left them behind. A file it may not write opens read-only.
+    read-only open that came last left them behind. A file it may not write opens read-only,
+    and so does one whose -wal holds frames no connection has open: the last connection to
+    close would checkpoint them into the file, and a read must leave the file as it found it.
     """
-    if _may_write(Path(path)):
+    if _may_write(Path(path)) and not _holds_wal_frames(Path(path)):
         return f"file:{urllib.parse.quote(path)}?mode=rw"
     return read_only_file_uri(path)
 

@@ -339,7 +339,7 @@ def corrupt_error(
 def missing_database(where: str) -> DatabaseUnavailableError:
     """The one message for a database file that does not exist where one must."""
     return DatabaseUnavailableError(
-        f"there is no database at {where}; `hermes-state db upgrade` creates one",
+        f"there is no database at {where}",
         backend="sqlite",
     )
 
@@ -455,8 +455,7 @@ def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
         return corrupt_error(where, message, code=said.code)
     if kind is _Kind.NOT_A_DATABASE:
         return NotADatabaseError(
-            f"{where} is not an SQLite database; it was not modified. "
-            "Point hermes-state at another file with --url or HERMES_STATE_URL.",
+            f"{where} is not an SQLite database; it was not modified",
             **kept,
         )
     if kind is _Kind.READ_ONLY:

@@ -20,8 +20,8 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable
 
-from . import content as server_content
 from . import statements
+from .content import decoded_content
 from .errors import (
     ConcurrentChangeError,
     HermesStateError,
@@ -300,29 +300,6 @@ def _decoded_json(text: Any, fallback: Any) -> Any:
         return json.loads(text)
     except (TypeError, ValueError):
         return fallback
-
-
-#: Upstream's mark for multimodal content (a list of parts, or a dict) stored as text:
-#: ``"\x00json:" + json.dumps(value)``.
-MULTIMODAL_PREFIX = "\x00json:"
-#: The same mark as a server holds it (:mod:`hermes_state.content`: the NUL is U+FFFF there).
-_SERVER_MULTIMODAL_PREFIX = server_content.NUL_MARKER + MULTIMODAL_PREFIX[1:]
-
-
-def decoded_content(value: Any, *, server: bool = False) -> Any:
-    """Message content as upstream's ``get_messages`` returns it: multimodal content stored
-    with upstream's prefix becomes the list (or dict) it encodes; anything else, and a prefix
-    followed by invalid JSON, is returned as stored. ``server``: read from PostgreSQL or
-    MySQL/MariaDB, which may hold the prefix in its server form (or, on MySQL, as it is)."""
-    if not isinstance(value, str):
-        return value
-    if value.startswith(MULTIMODAL_PREFIX):
-        encoded = value[len(MULTIMODAL_PREFIX) :]
-    elif server and value.startswith(_SERVER_MULTIMODAL_PREFIX):
-        encoded = value[len(_SERVER_MULTIMODAL_PREFIX) :]
-    else:
-        return value
-    return _decoded_json(encoded, value)
 
 
 def _transcript_entry(row: Row, server: bool = False) -> Row:

@@ -70,7 +70,14 @@ from sqlalchemy.types import NullType, TypeEngine
 
 from . import content, search_index
 from .drift import sqlite_affinity
-from .engine import READ_ONLY, describe, is_sqlite, make_engine, read_only_file_uri, resolve_url
+from .engine import (
+    READ_ONLY,
+    connect_for_reading,
+    describe,
+    is_sqlite,
+    make_engine,
+    resolve_url,
+)
 from .errors import (
     CopyConflictError,
     CopyRefusedError,
@@ -95,8 +102,12 @@ from .schema import (
     VERSION_TABLE,
     FileKind,
     check_upgradable,
+    current_revision,
     ensure_current,
+    is_known_revision,
     look_at_sqlite_file,
+    out_of_date,
+    too_new,
     upgrade,
 )
 
@@ -680,20 +691,46 @@ def copy_database(
 ) -> CopyReport:
     """Copy every table and column of primary data from ``source_url`` to ``target_url``.
 
-    Both databases must be at the head revision (an embedded file is upgraded on the way, a
-    server database that is behind is refused with the command to run). Raises
+    The source is only read: an SQLite file that is not at head (an upstream file not adopted
+    yet) is read through a temporary copy brought to head, and a server database behind head
+    is refused. An SQLite target is created if absent and brought to head; a server target
+    without the tables gets them, one behind head that holds tables is refused. Raises
     :class:`CopyRefusedError` when source rows do not fit the target, :class:`CopyConflictError`
-    when target rows differ (unless ``force``); in both cases nothing has been written.
+    when target rows differ (unless ``force``); in both cases nothing has been written, and a
+    copy that fails leaves no target file it created.
     """
     _check_pair(source_url, target_url, batch_size)
-    # A refused copy leaves no trace: not even a new target file, if this call made it.
     new_file = _absent_sqlite_file(target_url)
-    refused = False
-    source, target = make_engine(source_url), make_engine(target_url)
+    with _at_head(source_url) as (source_at_head, _state):
+        try:
+            return _copied(
+                source_at_head, source_url, target_url, force, batch_size, progress, fills
+            )
+        except BaseException:
+            if new_file is not None:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{new_file}{suffix}").unlink(missing_ok=True)
+            raise
+
+
+def _copied(
+    source_at_head: URL,
+    source_url: URL,
+    target_url: URL,
+    force: bool,
+    batch_size: int,
+    progress: Progress | None,
+    fills: Sequence[Fill],
+) -> CopyReport:
+    source = make_engine(source_at_head, read_only=is_sqlite(source_at_head))
+    target = make_engine(target_url)
     where = f"the copy from {describe(source_url)} to {describe(target_url)}"
     try:
-        for engine, given in ((source, source_url), (target, target_url)):
-            ensure_current(engine, auto_upgrade=is_sqlite(engine.url), url=given)
+        if not is_sqlite(target_url):
+            revision, empty = _server_state(target_url)
+            if revision != HEAD_REVISION and empty:
+                upgrade(target_url)  # a server database without the tables: create them
+        ensure_current(target, auto_upgrade=is_sqlite(target_url), url=target_url)
         with translated(where), source.connect() as reading, target.connect() as writing:
             reading.execution_options(**{READ_ONLY: True})
             plan, skipped, resolved = _planned(reading, writing, fills)
@@ -726,15 +763,9 @@ def copy_database(
                 table_report.target_rows = _count(writing, carried.target)
             writing.commit()
             fts_rebuilt = _rebuild_search(writing)
-    except (CopyRefusedError, InvalidInputError):
-        refused = True
-        raise
     finally:
         source.dispose()
         target.dispose()
-        if refused and new_file is not None:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{new_file}{suffix}").unlink(missing_ok=True)
     copied = CopyReport(
         describe(source_url), describe(target_url), reports, skipped, fts_rebuilt=fts_rebuilt
     )
@@ -776,16 +807,23 @@ def _check_pair(source_url: Any, target_url: Any, batch_size: int) -> None:
 @dataclass(frozen=True, slots=True)
 class SideState:
     """A database as the copy would find it: its revision now, and whether the copy would
-    first create it or bring it to head (an SQLite file; a server behind head is refused)."""
+    first create it, create its tables (``empty``: a server database without them) or bring
+    it to head."""
 
     database: str
     revision: str | None
     exists: bool
     upgraded_first: bool
+    empty: bool = False
 
     def __str__(self) -> str:
         if not self.exists:
             return f"{self.database} does not exist: the copy would create it at {HEAD_REVISION}"
+        if self.empty:
+            return (
+                f"{self.database} holds none of the tables yet: the copy would first create "
+                f"them at {HEAD_REVISION}"
+            )
         if not self.upgraded_first:
             return f"{self.database} is at {HEAD_REVISION} (head)"
         how = (
@@ -868,7 +906,7 @@ def plan_copy(
     where = f"the copy from {describe(source_url)} to {describe(target_url)}"
     with (
         _at_head(source_url) as (source_at_head, source_state),
-        _at_head(target_url) as (target_at_head, target_state),
+        _at_head(target_url, target=True) as (target_at_head, target_state),
     ):
         source = make_engine(source_at_head, read_only=is_sqlite(source_at_head))
         target = make_engine(target_at_head, read_only=is_sqlite(target_at_head))
@@ -920,21 +958,26 @@ def _nulls_filled(
 
 
 @contextlib.contextmanager
-def _at_head(url: URL) -> Iterator[tuple[URL, SideState]]:
+def _at_head(url: URL, *, target: bool = False) -> Iterator[tuple[URL, SideState]]:
     """The database as the copy would read or write it once at head, and its state now.
 
-    A server database must be at head already (else refused, with the command to run). An
-    SQLite file at head is read as it is; one the copy would create or upgrade is stood in
-    for by a temporary copy brought to head (the file itself is only read).
+    A database at head is read as it is. An SQLite file that is not (or does not exist) is
+    stood in for by a temporary copy brought to head (the file itself is only read); so is a
+    ``target`` server database that holds none of the tables yet (planned as the empty
+    database the copy would migrate). Any other server database behind head is refused.
     """
     where = describe(url)
     if not is_sqlite(url):
-        engine = make_engine(url)
-        try:
-            ensure_current(engine, auto_upgrade=False, url=url)
-        finally:
-            engine.dispose()
-        yield url, SideState(where, HEAD_REVISION, exists=True, upgraded_first=False)
+        revision, empty = _server_state(url)
+        if revision == HEAD_REVISION:
+            yield url, SideState(where, HEAD_REVISION, exists=True, upgraded_first=False)
+            return
+        if not (target and empty):
+            raise out_of_date(where, revision)
+        with tempfile.TemporaryDirectory(prefix="hermes-state-dry-run-") as folder:
+            stand_in = resolve_url(Path(folder) / "at-head.db")
+            upgrade(stand_in)
+            yield stand_in, SideState(where, revision, exists=True, upgraded_first=True, empty=True)
         return
     assert url.database is not None
     state = look_at_sqlite_file(url)
@@ -949,14 +992,28 @@ def _at_head(url: URL) -> Iterator[tuple[URL, SideState]]:
             assert stand_in.database is not None
             with (
                 translated(where),
-                contextlib.closing(
-                    sqlite3.connect(read_only_file_uri(url.database), uri=True)
-                ) as original,
+                contextlib.closing(connect_for_reading(url.database)) as original,
                 contextlib.closing(sqlite3.connect(stand_in.database)) as copy,
             ):
                 original.backup(copy)
         upgrade(stand_in)
         yield stand_in, SideState(where, state.revision, exists=exists, upgraded_first=True)
+
+
+def _server_state(url: URL) -> tuple[str | None, bool]:
+    """A server database's revision, and whether it holds none of the modelled tables."""
+    engine = make_engine(url)
+    try:
+        with translated(describe(url)), engine.connect() as connection:
+            connection.execution_options(**{READ_ONLY: True})
+            revision = current_revision(connection)
+            present = set(inspect(connection).get_table_names()) & set(metadata.tables)
+            connection.rollback()
+    finally:
+        engine.dispose()
+    if revision is not None and revision != HEAD_REVISION and not is_known_revision(revision):
+        raise too_new(describe(url), revision)
+    return revision, not present
 
 
 def _absent_sqlite_file(url: Any) -> Path | None:

@@ -58,16 +58,20 @@ __all__ = [
     "downgrade",
     "downgrade_losses",
     "ensure_current",
+    "ensure_readable",
     "history",
+    "is_known_revision",
     "look_at_sqlite_file",
     "migration_connection",
     "offline_sql",
+    "out_of_date",
     "revision_of",
     "run_command",
     "script_location",
     "target_dialect",
+    "too_new",
     "upgrade",
-    "upgrade_command",
+    "upstream_schema_of",
 ]
 
 #: ``Connection.info`` key naming the backend a migration plans for, where that is not the
@@ -161,11 +165,22 @@ def look_at_sqlite_file(url: URL) -> FileState:
     return FileState(FileKind.FOREIGN if tables else FileKind.NEW, None)
 
 
+def upstream_schema_of(url: URL) -> int | None:
+    """The version upstream's code recorded in an SQLite file's ``schema_version`` (None when
+    it holds none), read without writing."""
+    assert url.database is not None
+    with _read_only_sqlite(url.database) as connection:
+        try:
+            row = connection.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        except sqlite3.OperationalError:
+            return None
+    return int(row[0]) if row and isinstance(row[0], int) else None
+
+
 def _foreign(where: str) -> ForeignDatabaseError:
     return ForeignDatabaseError(
         f"{where} is another application's SQLite database (it has no hermes `sessions` "
-        "table); it was left untouched. Point --url (HERMES_STATE_URL) at a hermes state file, "
-        f"or adopt this one on purpose: `hermes-state --url '{where}' db upgrade --adopt-foreign`"
+        "table); it was left untouched"
     )
 
 
@@ -222,6 +237,27 @@ def ensure_current(engine: Engine, *, auto_upgrade: bool, url: URL | None = None
         secure_sqlite_files(url)  # a file we write, known to be ours by now: owner-only
 
 
+def ensure_readable(engine: Engine, url: URL | None = None) -> None:
+    """Make ``engine`` (a read-only one) able to read the database as head's reads expect.
+
+    An SQLite file of ours at an older revision, or an upstream file not adopted yet, is read
+    through the lens (:mod:`.lens`): nothing is migrated or written. A server database that
+    is behind is refused, as is a file migrated by a newer hermes-state.
+    """
+    url = url or engine.url
+    if not is_sqlite(url):
+        ensure_current(engine, auto_upgrade=False, url=url)
+        return
+    revision = _sqlite_revision(url)
+    if revision == HEAD_REVISION:
+        return
+    if revision is not None and not is_known_revision(revision):
+        raise too_new(describe(url), revision)
+    from .lens import install_lens
+
+    install_lens(engine)
+
+
 def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None:
     """Given the database's revision: nothing at head, else upgrade (embedded) or refuse."""
     if revision == HEAD_REVISION:
@@ -230,20 +266,20 @@ def bring_current(url: URL, revision: str | None, *, auto_upgrade: bool) -> None
     if auto_upgrade:
         upgrade(url, "head")
         return
-    if revision is not None and not _is_known(revision):
-        raise _too_new(where, revision)
-    raise SchemaOutOfDateError(
-        f"{where} is at revision {revision or NO_REVISION}, behind {HEAD_REVISION}; "
-        f"run `{upgrade_command(url)}` and try again"
+    if revision is not None and not is_known_revision(revision):
+        raise too_new(where, revision)
+    raise out_of_date(where, revision)
+
+
+def out_of_date(where: str, revision: str | None) -> SchemaOutOfDateError:
+    """The one message for a database this version cannot use until it is migrated."""
+    shown = revision or "none (not adopted yet)"
+    return SchemaOutOfDateError(
+        f"{where} is at revision {shown}, behind {HEAD_REVISION}: it must be migrated first"
     )
 
 
-def upgrade_command(url: URL) -> str:
-    """The command that brings the database at ``url`` to head (its password masked)."""
-    return f"hermes-state --url '{describe(url)}' db upgrade"
-
-
-def _too_new(where: str, revision: str) -> SchemaTooNewError:
+def too_new(where: str, revision: str) -> SchemaTooNewError:
     return SchemaTooNewError(
         f"{where} is at revision {revision!r}, which this hermes-state does not know; "
         "it was migrated by a newer version: upgrade hermes-state"
@@ -270,7 +306,7 @@ def _scripts() -> Any:
     return ScriptDirectory.from_config(_config())
 
 
-def _is_known(revision: str) -> bool:
+def is_known_revision(revision: str) -> bool:
     try:
         return _scripts().get_revision(revision) is not None
     except Exception:
@@ -315,8 +351,8 @@ def run_command(
 
     current = current_revision(connection)
     connection.rollback()
-    if current is not None and not _is_known(current):
-        raise _too_new(where, current)
+    if current is not None and not is_known_revision(current):
+        raise too_new(where, current)
     config = _config(connection)
     if after_step is not None:
         hook = after_step
@@ -366,7 +402,7 @@ def downgrade(url: URL, revision: str) -> None:
     """Migrate down to ``revision``. A database with no revision is left as it is (whoever's
     it is); a damaged SQLite file is refused like on upgrade."""
     if revision_of(url, allow_foreign=True) is None:
-        if not _is_known(revision) and revision != "base":
+        if not is_known_revision(revision) and revision != "base":
             where = describe(url)
             raise InvalidInputError(f"cannot downgrade {where}: unknown revision {revision!r}")
         return
@@ -418,8 +454,8 @@ def downgrade_losses(url: URL, revision: str) -> tuple[str | None, list[Loss]]:
     current = revision_of(url)
     if current is None:
         return None, []
-    if not _is_known(current):
-        raise _too_new(where, current)
+    if not is_known_revision(current):
+        raise too_new(where, current)
     scripts = _scripts()
     with migration_connection(url, read_only=True) as connection:
         try:

@@ -18,7 +18,7 @@ from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory
 from .errors import InvalidInputError, ReadOnlyDatabaseError, missing_database
 from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
 from .plans import ClaimBatch, Ownership, Plan, PlanBook, Row, lease_patience
-from .schema import ensure_current
+from .schema import ensure_current, ensure_readable
 from .statements import ReclaimScope
 from .validation import require_identifier, require_seconds
 
@@ -95,9 +95,11 @@ class SessionDB(StoreSettings):
     server database that is behind raises :class:`~hermes_state.SchemaOutOfDateError`, which
     names the command to run. The store is safe to share between threads.
 
-    ``read_only=True`` opens a store that never writes: an SQLite file is opened in SQLite's
-    read-only mode and must already be at head (no upgrade, no file created); every write
-    method raises :class:`~hermes_state.ReadOnlyDatabaseError`.
+    ``read_only=True`` opens a store that never writes: an existing SQLite file is opened so that
+    SQLite refuses every write (no upgrade, no file created); one not at head (an upstream file
+    not adopted yet, or an older revision of ours) is read as head would show it, through
+    temporary views (:mod:`hermes_state.lens`). Every write method raises
+    :class:`~hermes_state.ReadOnlyDatabaseError`.
     """
 
     def __init__(
@@ -128,7 +130,10 @@ class SessionDB(StoreSettings):
             raise missing_database(self.where)
         engine = make_engine(self.url, read_only=read_only)
         try:
-            ensure_current(engine, auto_upgrade=embedded and not read_only, url=self.url)
+            if read_only:
+                ensure_readable(engine, url=self.url)
+            else:
+                ensure_current(engine, auto_upgrade=embedded, url=self.url)
         except BaseException:
             engine.dispose()
             raise

@@ -24,7 +24,7 @@ from sqlalchemy.pool import NullPool
 from hermes_state import content
 from hermes_state.models import metadata
 from hermes_state.promotion import copy_database
-from tests.conftest import CliResult, database_at_head, sqlite_url, url_arg
+from tests.conftest import CliResult, database_at_head, sqlite_url, throwaway_database, url_arg
 from tests.digest import sync_url
 from tests.vintages import REAL_SCHEMA30
 
@@ -251,3 +251,63 @@ def test_promotion_and_back_is_an_identity(
     assert checked.json()["differences"] == []
     assert_rerun_is_quiet(cli, url_arg(server), str(final))
     assert rows_of(final) == expected
+
+
+# -- the copy writes its target only ---------------------------------------------------------------
+
+
+def test_a_copy_from_a_file_not_adopted_yet_leaves_the_source_as_it_was(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    """Only the copy's target is created or migrated: upstream's file is read through a
+    temporary copy at head, its bytes and its folder untouched."""
+    folder = tmp_path / "source"
+    folder.mkdir()
+    source = folder / "state.db"
+    shutil.copyfile(REAL_SCHEMA30, source)
+    before = source.read_bytes()
+    final = tmp_path / "final" / "state.db"
+
+    done = cli("--url", str(source), "db", "copy", "--to", str(final))
+
+    assert done.code == 0, done.err
+    assert source.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["state.db"]
+    assert cli("--url", str(source), "db", "current", "--json").json()["revision"] is None
+    assert cli("--url", str(final), "db", "current", "--json").json()["is_head"] is True
+    assert sqlite_scalar(final, "SELECT count(*) FROM sessions") == sqlite_scalar(
+        source, "SELECT count(*) FROM sessions"
+    )
+
+
+def test_a_copy_that_fails_leaves_no_target_file_behind(adopted: Path, tmp_path: Path) -> None:
+    final = tmp_path / "final" / "state.db"
+    final.parent.mkdir()
+
+    def interrupted(table: str, done: int, total: int) -> None:
+        if table == "messages" and done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        copy_database(sqlite_url(adopted.parent), sqlite_url(final.parent), progress=interrupted)
+    assert list(final.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_a_server_database_without_tables_is_planned_then_created_by_the_copy(
+    adopted: Path, backend: str, cli: Callable[..., CliResult]
+) -> None:
+    with throwaway_database(backend) as empty:
+        rehearsed = cli("--url", str(adopted), "db", "copy", "--to", url_arg(empty), "--dry-run")
+        assert rehearsed.code == 0, rehearsed.err
+        assert "holds none of the tables yet: the copy would first create them" in rehearsed.out
+        plan = cli(
+            "--url", str(adopted), "db", "copy", "--to", url_arg(empty), "--dry-run", "--json"
+        ).json()
+        sessions = next(table for table in plan["tables"] if table["table"] == "sessions")
+        assert sessions["new"] == sqlite_scalar(adopted, "SELECT count(*) FROM sessions")
+        assert cli("--url", url_arg(empty), "db", "current", "--json").json()["revision"] is None
+
+        copied_once = cli("--url", str(adopted), "db", "copy", "--to", url_arg(empty))
+        assert copied_once.code == 0, copied_once.err
+        assert cli("--url", url_arg(empty), "db", "current", "--json").json()["is_head"] is True

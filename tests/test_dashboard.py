@@ -36,6 +36,7 @@ from hermes_state.plans import STRANDED_ERROR
 from .conftest import server_url, throwaway_database
 from .processes import DashboardProcess, Watcher, cli_argv, eventually, run_cli, wait_until
 from .stores import HandClock, put
+from .vintages import FIXTURES
 
 TOKEN = "t0ken-for-tests"
 HOSTILE_IDS = [
@@ -633,7 +634,7 @@ def test_module_constants_are_sane() -> None:
 
 def test_the_dashboard_never_creates_or_migrates_a_database(tmp_path: Path) -> None:
     """Without a token it only reads: a missing file is refused, not created; a file behind
-    head is refused with the command that upgrades it, and left byte for byte as it was."""
+    head is shown as it is, through the read-only lens, and left byte for byte as it was."""
     missing = tmp_path / "typo.db"
     done = run_cli(missing, "dashboard", "--port", "0", timeout=60)
     assert done.returncode == 1
@@ -644,7 +645,26 @@ def test_the_dashboard_never_creates_or_migrates_a_database(tmp_path: Path) -> N
     behind.parent.mkdir()
     assert run_cli(behind, "db", "upgrade", "0005_session_turn_leases").returncode == 0
     before = behind.read_bytes()
-    refused = run_cli(behind, "dashboard", "--port", "0", timeout=60)
-    assert refused.returncode == 1
-    assert "db upgrade" in refused.stderr
+    with DashboardProcess(behind) as dashboard:
+        assert httpx.get(dashboard.base + "/api/stats").is_success
     assert behind.read_bytes() == before
+    assert run_cli(behind, "db", "current").stdout.startswith("0005_session_turn_leases")
+
+
+def test_the_dashboard_shows_an_upstream_file_not_adopted_yet(tmp_path: Path) -> None:
+    """The real upstream file, never migrated: its sessions, handoffs and tool calls are on
+    the pages, and the file is byte for byte as it was."""
+    path = tmp_path / "state.db"
+    path.write_bytes((FIXTURES / "upstream-schema30-state.db").read_bytes())
+    before = path.read_bytes()
+    with DashboardProcess(path) as dashboard:
+        overview = httpx.get(dashboard.base + "/")
+        assert overview.is_success
+        assert "20250412_191723_c4fb3a" in overview.text  # its pending handoff
+        page = httpx.get(dashboard.base + session_path("20250402_090713_0345a8"))
+        assert page.is_success
+        assert '<span class="tool-name">read_file</span>' in page.text
+        assert str(escape('"path": "tests/test_parser.py"')) in page.text
+        assert "read_file (call_cb5c3e1f46ce)" in page.text  # the result names its tool
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]

@@ -27,7 +27,6 @@ from hermes_state import (
     HermesStateError,
     NativeAsyncSessionDB,
     ReadOnlyDatabaseError,
-    SchemaOutOfDateError,
     SessionDB,
     drift,
     schema,
@@ -147,7 +146,7 @@ def test_cli_refuses_another_applications_file_untouched(
     assert result.code == 2, result
     line = one_line(result.err)
     assert str(path) in line
-    assert "db upgrade --adopt-foreign" in line
+    assert f"db upgrade --url {path} --adopt-foreign" in line  # the CLI adds how to fix it
     assert sha256(path) == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["todo.db"], "side files were created"
 
@@ -163,7 +162,10 @@ def test_library_refuses_another_applications_file_untouched(
 
     with pytest.raises(ForeignDatabaseError) as raised:
         SessionDB(path)
-    assert "--adopt-foreign" in str(raised.value)
+    assert "another application's SQLite database" in str(raised.value)
+    # The library says what is wrong; only the command line speaks of its own options.
+    assert "--" not in str(raised.value)
+    assert "hermes-state " not in str(raised.value)
     with pytest.raises(ForeignDatabaseError):
         schema.upgrade(resolve_url(path))
 
@@ -260,9 +262,11 @@ READ_COMMANDS = [
 
 
 @pytest.mark.parametrize("argv", READ_COMMANDS, ids=" ".join)
-def test_reads_on_a_file_not_at_head_change_nothing_and_name_the_upgrade(
+def test_reads_on_a_file_not_at_head_show_it_and_change_nothing(
     cli: Any, tmp_path: Path, argv: list[str]
 ) -> None:
+    """An upstream file not adopted yet, and one of ours at an older revision, are read as
+    they are (through the lens): nothing migrated, not a byte written."""
     upstream = upstream_copy(tmp_path / "upstream")
     downgraded = tmp_path / "downgraded" / "state.db"
     with SessionDB(downgraded) as db:
@@ -273,10 +277,15 @@ def test_reads_on_a_file_not_at_head_change_nothing_and_name_the_upgrade(
     for path, revision in ((upstream, None), (downgraded, "0002_handoff_leases")):
         digest = sha256(path)
         result = cli("--url", str(path), *argv)
-        assert result.code == 1, result
-        line = one_line(result.err)
-        assert f"hermes-state --url '{path}' db upgrade" in line
+        about_s1 = argv[1] in ("show", "history")
+        if about_s1 and revision is None:  # upstream's file has no session s1
+            assert result.code == 1, result
+            assert one_line(result.err) == "hermes-state: no session 's1'"
+        else:
+            assert result.code == 0, result
+            assert "s1" in result.out or not about_s1
         assert sha256(path) == digest, "a read command wrote to the file"
+        assert sorted(p.name for p in path.parent.iterdir()) == ["state.db"]
         assert schema.revision_of(resolve_url(path)) == revision
 
 
@@ -287,9 +296,12 @@ def test_db_reads_on_a_file_not_at_head_change_nothing(cli: Any, tmp_path: Path)
     current = cli("--url", str(path), "db", "current", "--json")
     assert current.code == 0
     assert current.json()["revision"] is None
+    assert current.json()["adopted"] is False
+    assert current.json()["upstream_schema"] == 11
     plain = cli("--url", str(path), "db", "current")
     assert plain.code == 0
-    assert f"hermes-state --url '{path}' db upgrade" in one_line(plain.err)
+    assert plain.out.startswith("not adopted (upstream schema 11)")
+    assert f"hermes-state db upgrade --url {path}" in one_line(plain.err)
     checked = cli("--url", str(path), "db", "check")
     assert checked.code == 1
     assert "db upgrade" in checked.out
@@ -337,9 +349,12 @@ def test_a_read_only_store_never_writes(tmp_path: Path) -> None:
 
     behind = upstream_copy(tmp_path / "upstream")
     digest = sha256(behind)
-    with pytest.raises(SchemaOutOfDateError):
-        SessionDB(behind, read_only=True)
+    with SessionDB(behind, read_only=True) as reader:  # read through the lens, as it is
+        assert reader.list_sessions()
+        with pytest.raises(ReadOnlyDatabaseError):
+            reader.create_session("s9", "cli")
     assert sha256(behind) == digest
+    assert schema.revision_of(resolve_url(behind)) is None
 
 
 # -- damaged files ------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from sqlalchemy import insert, update
 from sqlalchemy.engine import URL
 
 from hermes_state import InvalidInputError, SessionDB
+from hermes_state.content import decoded_content
 from hermes_state.models import sessions, system_prompts
-from hermes_state.plans import decoded_content
 from tests.digest import cached_engine
 from tests.vintages import REAL_SCHEMA11, REAL_SCHEMA30
 

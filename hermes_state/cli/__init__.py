@@ -50,6 +50,7 @@ from .common import (
     database_url,
     finite_number,
     global_options,
+    how_to_fix,
     open_store,
     repeated,
     whole_number,
@@ -188,9 +189,9 @@ def _run(args: argparse.Namespace, out: Output) -> int:
         ForeignDatabaseError,
         DatabaseCorruptError,
     ) as exc:
-        return _failed(out, str(exc), EXIT_BAD_INPUT)
+        return _failed(out, _with_fix(exc, args), EXIT_BAD_INPUT)
     except HermesStateError as exc:
-        return _failed(out, str(exc), EXIT_REFUSED)
+        return _failed(out, _with_fix(exc, args), EXIT_REFUSED)
     except KeyboardInterrupt:
         return _failed(out, "interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
@@ -223,6 +224,11 @@ def _reader_gone(stdout: TextIO, stderr: TextIO) -> int:
         except (OSError, ValueError, io.UnsupportedOperation):
             pass  # not a file (a test's StringIO): nothing will flush it at exit
     return EXIT_PIPE_CLOSED
+
+
+def _with_fix(exc: HermesStateError, args: argparse.Namespace) -> str:
+    fix = how_to_fix(exc, args)
+    return str(exc) if fix is None else f"{exc}; {fix}"
 
 
 def _failed(out: Output, message: str, code: int) -> int:

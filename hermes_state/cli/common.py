@@ -21,8 +21,10 @@ from sqlalchemy.engine import URL
 
 from ..engine import ENV_URL, describe, is_sqlite, resolve_url
 from ..errors import (
+    ForeignDatabaseError,
     HermesStateError,
     InvalidInputError,
+    NotADatabaseError,
     SchemaOutOfDateError,
 )
 from ..models import HandoffState
@@ -52,11 +54,14 @@ __all__ = [
     "finite_number",
     "global_options",
     "group",
+    "how_to_fix",
     "local_time",
     "open_store",
+    "refuse_damaged",
     "repeated",
     "state_name",
     "unknown_session",
+    "upgrade_as_typed",
     "whole_number",
     "yes_no",
 ]
@@ -389,7 +394,7 @@ def database_url(args: argparse.Namespace, *, must_exist: bool = False) -> URL:
     if must_exist and is_sqlite(url) and url.database and not Path(url.database).exists():
         _refuse_a_file_as_folder(Path(url.database))
         raise HermesStateError(
-            f"there is no database at {url.database}; `{_upgrade_as_typed(args, url)}` creates one"
+            f"there is no database at {url.database}; `{upgrade_as_typed(args)}` creates one"
         )
     return url
 
@@ -406,33 +411,71 @@ def _refuse_a_file_as_folder(path: Path) -> None:
             return
 
 
-def _upgrade_as_typed(args: argparse.Namespace, url: URL) -> str:
-    """The command that creates or migrates the database, naming it as the user did."""
-    typed = getattr(args, "url", None)
+def upgrade_as_typed(args: argparse.Namespace, typed: str | None = None) -> str:
+    """The command that creates or migrates the database (``--url``'s, or ``typed``), naming
+    it as the user did."""
+    typed = typed or getattr(args, "url", None)
     if typed is None:
         return "hermes-state db upgrade"
     return f"hermes-state db upgrade --url {shlex.quote(_mask_password(typed))}"
+
+
+def refuse_damaged(url: URL) -> None:
+    """An SQLite file ``PRAGMA quick_check`` finds damaged is refused (exit 2) before a
+    command reads or writes a row of it; what SQLite found is named."""
+    from ..errors import corrupt_error
+    from ..schema import damage_of
+
+    damage = damage_of(url)
+    if damage is not None:
+        raise corrupt_error(describe(url), damage)
+
+
+def how_to_fix(exc: HermesStateError, args: argparse.Namespace) -> str | None:
+    """What the user can do about a library error, in commands, naming the database as typed
+    (the library says what is wrong; the command line knows how its user fixes it)."""
+    if isinstance(exc, SchemaOutOfDateError):
+        return f"run `{upgrade_as_typed(args, _named_in(exc, args))}` and try again"
+    if isinstance(exc, ForeignDatabaseError):
+        return (
+            f"point --url (or ${ENV_URL}) at a hermes state file, or adopt this one on purpose: "
+            f"`{upgrade_as_typed(args)} --adopt-foreign`"
+        )
+    if isinstance(exc, NotADatabaseError):
+        return f"point --url (or ${ENV_URL}) at a hermes state file"
+    return None
+
+
+def _named_in(exc: HermesStateError, args: argparse.Namespace) -> str | None:
+    """``db copy``'s --to when the error is about that database (else None: --url's)."""
+    to = getattr(args, "to", None)
+    if isinstance(to, str) and to.strip():
+        try:
+            if str(exc).startswith(describe(resolve_url(to))):
+                return to
+        except HermesStateError:
+            return None
+    return None
 
 
 def existing_url(args: argparse.Namespace) -> URL:
     """The database a command that writes rows works on: it must exist and be at head, since
     only ``db upgrade`` creates or migrates one (a mistyped --url must not leave a new
     database behind, nor a gateway watch an empty one)."""
-    from ..schema import HEAD_REVISION, FileKind, look_at_sqlite_file
+    from ..schema import HEAD_REVISION, FileKind, look_at_sqlite_file, out_of_date
 
     url = database_url(args, must_exist=True)
     if not is_sqlite(url):
         return url  # a server database that is behind is refused when the store opens
     state = look_at_sqlite_file(url)
+    if state.kind is not FileKind.NEW:
+        refuse_damaged(url)
     if state.kind is FileKind.NEW:
         raise HermesStateError(
-            f"{url.database} holds no database yet; `{_upgrade_as_typed(args, url)}` creates one"
+            f"{url.database} holds no database yet; `{upgrade_as_typed(args)}` creates one"
         )
     if state.kind is FileKind.HERMES and state.revision != HEAD_REVISION:
-        raise SchemaOutOfDateError(
-            f"{url.database} is at revision {state.revision or 'none (not adopted yet)'}, "
-            f"behind {HEAD_REVISION}; run `{_upgrade_as_typed(args, url)}` and try again"
-        )
+        raise out_of_date(str(url.database), state.revision)
     return url
 
 
@@ -447,18 +490,28 @@ def _typed_url(args: argparse.Namespace) -> str | None:
 
 
 def open_store(
-    args: argparse.Namespace, *, must_exist: bool = False, read_only: bool = False
+    args: argparse.Namespace,
+    *,
+    must_exist: bool = False,
+    read_only: bool = False,
+    actor: str = CLI_ACTOR,
 ) -> SessionDB:
     """The store a command works on: one that exists and is at head (see
     :func:`existing_url`); ``db upgrade`` is the command that creates or migrates one.
 
-    ``read_only`` for commands that only read: nothing is created, migrated or written, and a
-    database that is not at head is refused with the command that brings it there.
+    ``read_only`` for commands that only read: nothing is created, migrated or written; an
+    SQLite file not at head (an upstream file not adopted yet) is read as it is, through the
+    lens (:mod:`hermes_state.lens`), and a damaged one is refused.
     """
     from ..store import SessionDB
 
-    url = database_url(args, must_exist=True) if read_only else existing_url(args)
-    return SessionDB(url=url, actor=CLI_ACTOR, read_only=read_only)
+    if read_only:
+        url = database_url(args, must_exist=True)
+        if is_sqlite(url):
+            refuse_damaged(url)
+    else:
+        url = existing_url(args)
+    return SessionDB(url=url, actor=actor, read_only=read_only)
 
 
 # -- parsers -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import signal
 import socket
 from typing import Any, Final
 
@@ -14,8 +15,7 @@ from .common import (
     Result,
     add_option,
     command,
-    database_url,
-    existing_url,
+    open_store,
     whole_number,
 )
 
@@ -90,16 +90,13 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> Result:
     import uvicorn
 
     from ..dashboard.app import ACTOR, LOOPBACK_NAMES, create_app
-    from ..store import SessionDB
     from ..threaded import AsyncSessionDB
 
     listener = _listen(args.host, args.port)
-    # Without a token the dashboard only reads: read-only, nothing created or migrated. With
-    # one, its actions write rows, on a database that exists and is at head.
-    if token:
-        store = SessionDB(url=existing_url(args), actor=ACTOR)
-    else:
-        store = SessionDB(url=database_url(args, must_exist=True), actor=ACTOR, read_only=True)
+    # Without a token the dashboard only reads: read-only, nothing created or migrated (a file
+    # not at head is read through the lens). With one, its actions write rows, on a database
+    # that exists and is at head.
+    store = open_store(args, read_only=not token, actor=ACTOR)
     try:
         # On loopback, answer only to loopback names (DNS rebinding); elsewhere any name.
         allowed = LOOPBACK_NAMES if is_loopback(args.host) else None
@@ -121,10 +118,17 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> Result:
             app.state.dashboard.feed.close_streams_threadsafe()
 
         server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
+        # Once it has shut down, uvicorn raises the signal it caught again, for the handler it
+        # found: SIGTERM's default would end the process before the store below is closed (and
+        # SQLite's -wal and -shm would stay behind). The handler it finds here does nothing,
+        # so the command goes on to close the store and ends with 0.
+        previous = signal.signal(signal.SIGTERM, _stopped_by_uvicorn)
         try:
             server.run(sockets=[listener])
         except SystemExit:  # uvicorn's way of saying the app's startup failed
             server.started = False
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         if not server.started:
             raise HermesStateError("the dashboard could not start (see the error above)")
     finally:
@@ -133,6 +137,10 @@ def run_dashboard(args: argparse.Namespace, out: Output) -> Result:
     return Result(
         {"stopped": True, "address": address, "database": store.where, "actions": bool(token)}
     )
+
+
+def _stopped_by_uvicorn(_signal: int, _frame: object) -> None:
+    """SIGTERM, raised again by uvicorn after its graceful shutdown: nothing more to do."""
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -25,7 +25,9 @@ from .common import (
     command,
     database_url,
     group,
+    refuse_damaged,
     repeated,
+    upgrade_as_typed,
     whole_number,
 )
 
@@ -256,23 +258,31 @@ def configure_current(actions: Any) -> None:
 
 def run_current(args: argparse.Namespace, out: Output) -> Result:
     url = database_url(args, must_exist=True)
+    if is_sqlite(url):
+        refuse_damaged(url)
     revision = schema.revision_of(url)
     is_head = revision == schema.HEAD_REVISION
-    document = {
+    document: dict[str, Any] = {
         "database": describe(url),
         "revision": revision,
         "head": schema.HEAD_REVISION,
         "is_head": is_head,
     }
+    shown = revision or schema.NO_REVISION
+    if (
+        revision is None
+        and is_sqlite(url)
+        and schema.look_at_sqlite_file(url).kind is schema.FileKind.HERMES
+    ):
+        upstream = schema.upstream_schema_of(url)
+        document["adopted"] = False
+        document["upstream_schema"] = upstream
+        shown = f"not adopted (upstream schema {upstream if upstream is not None else 'unknown'})"
     suffix = " (head)" if is_head else f" (head is {schema.HEAD_REVISION})"
-    hint = (
-        None
-        if is_head or out.as_json
-        else f"run `{schema.upgrade_command(url)}` to bring it to head"
-    )
+    hint = None if is_head or out.as_json else f"run `{upgrade_as_typed(args)}` to bring it to head"
     if hint is not None:
         print(hint, file=out.stderr)
-    return Result(document, [f"{revision or schema.NO_REVISION}{suffix}"])
+    return Result(document, [f"{shown}{suffix}"])
 
 
 def configure_history(actions: Any) -> None:
@@ -334,7 +344,7 @@ def run_check(args: argparse.Namespace, out: Output) -> Result:
     if any(difference.kind == drift.DAMAGE for difference in found.drifts):
         return Result(document, lines, code=EXIT_BAD_INPUT)
     if any(difference.kind == "revision" for difference in found.drifts):
-        lines.append(f"  run `{schema.upgrade_command(url)}` to bring it to head")
+        lines.append(f"  run `{upgrade_as_typed(args)}` to bring it to head")
     return Result(document, lines, code=EXIT_REFUSED)
 
 

@@ -7,6 +7,7 @@ import time
 from datetime import datetime
 from typing import Any, Final
 
+from ..transcript import result_tool, tool_calls_of
 from .common import (
     EXIT_OK,
     MAX_ROWS,
@@ -216,6 +217,10 @@ def run_messages(args: argparse.Namespace, out: Output) -> Result:
     text: list[str | Table] = []
     for message in messages:
         when = local_time(message.get("timestamp"))
-        text.append(f"#{message['id']}  {when}  {message['role']}")
-        text += [f"    {line}" for line in str(message["content"] or "").splitlines() or [""]]
+        answered = result_tool(message)
+        role = f"{message['role']} {answered}" if answered else message["role"]
+        text.append(f"#{message['id']}  {when}  {role}")
+        body = str(message["content"] or "").splitlines()
+        calls = [f"-> {call}" for call in tool_calls_of(message)]
+        text += [f"    {line}" for line in [*body, *calls] or [""]]
     return Result(messages, text)

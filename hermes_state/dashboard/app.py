@@ -31,6 +31,7 @@ from ..errors import HermesStateError, InvalidInputError, InvalidInputTypeError
 from ..metrics import CONTENT_TYPE, render_stats
 from ..models import HandoffState
 from ..plans import STRANDED_ERROR
+from ..transcript import result_tool, tool_calls_of
 from .feed import ChangeFeed
 
 if TYPE_CHECKING:
@@ -92,7 +93,9 @@ class Dashboard:
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         self.templates.filters.update(iso=_iso, age=_age, session_url=session_path)
-        self.templates.globals.update(states=STATES, where=where)
+        self.templates.globals.update(
+            states=STATES, where=where, tool_calls_of=tool_calls_of, result_tool=result_tool
+        )
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         context.setdefault("actions_enabled", self.token is not None)

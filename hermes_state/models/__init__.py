@@ -5,7 +5,10 @@ The tables (:mod:`.tables`, and upstream's own beside them in :mod:`.upstream`) 
 stores, the watcher, the migrations and the command line use; the ORM classes (:mod:`.orm`:
 ``Base``, ``AgentSession`` (also ``Session``), ``Message``, ``HandoffEvent``,
 ``SessionTurnLease``, ``SystemPrompt`` and one class per upstream table) are mapped onto
-them and load on first use, so that opening a store does not import ``sqlalchemy.orm``.
+copies of them with the same DDL whose times load as aware UTC datetimes and whose JSON
+(``Message.tool_calls``, ``display_metadata``, multimodal ``content``) loads decoded, as the
+store returns it; they load on first use, so that opening a store does not import
+``sqlalchemy.orm``.
 """
 
 from __future__ import annotations

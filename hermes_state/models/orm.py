@@ -1,4 +1,5 @@
-"""The ORM classes, mapped onto the tables of :mod:`hermes_state.models.tables`.
+"""The ORM classes, mapped onto copies of the tables of :mod:`hermes_state.models` that load
+times as aware UTC datetimes and JSON decoded (what is stored is unchanged).
 
 Loaded only when a class is first asked for (``from hermes_state.models import AgentSession``):
 the stores, the watcher and the command line work on the tables alone, and loading
@@ -7,10 +8,15 @@ the stores, the watcher and the command line work on the tables alone, and loadi
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import Double, MetaData, Table
 from sqlalchemy.ext.asyncio import AsyncAttrs
 from sqlalchemy.orm import DeclarativeBase, Mapped, relationship
 
-from . import tables, upstream
+from . import tables
+from .orm_types import EpochTime, JSONText, MessageContent
 
 __all__ = [
     "AgentSession",
@@ -32,23 +38,52 @@ __all__ = [
     "SystemPrompt",
     "TelegramDmTopicBinding",
     "TelegramDmTopicMode",
+    "orm_metadata",
 ]
 
 
-class Base(AsyncAttrs, DeclarativeBase):
-    """Declarative base on the tables' metadata; ``AsyncAttrs`` lets async code await a lazy
-    attribute (``await session.awaitable_attrs.messages``)."""
+#: The ORM's copies of the tables: the same names, columns, keys and stored types (the same
+#: DDL), with Python types over them (:mod:`.orm_types`).
+orm_metadata: Final = MetaData(naming_convention=tables.NAMING_CONVENTION)
 
-    metadata = tables.metadata
+#: Columns holding JSON text the store returns decoded, and the content column (all long
+#: text).
+_PYTHON_TYPES: Final = {
+    ("messages", "tool_calls"): JSONText,
+    ("messages", "display_metadata"): JSONText,
+    ("messages", "content"): MessageContent,
+}
+
+
+def _with_python_types(table: Table) -> Table:
+    copy = table.to_metadata(orm_metadata)
+    for column in copy.columns:
+        python_type = _PYTHON_TYPES.get((table.name, column.name))
+        if python_type is not None:
+            column.type = python_type()
+        elif isinstance(column.type, Double) and not column.name.endswith("_usd"):
+            column.type = EpochTime()
+    return copy
+
+
+_TABLES: Final = {table.name: _with_python_types(table) for table in tables.metadata.sorted_tables}
+
+
+class Base(AsyncAttrs, DeclarativeBase):
+    """Declarative base on the ORM's copies of the tables; ``AsyncAttrs`` lets async code
+    await a lazy attribute (``await session.awaitable_attrs.messages``)."""
+
+    metadata = orm_metadata
 
 
 class AgentSession(Base):
     """One agent session; the ``handoff_*`` columns carry its handoff state machine.
 
-    Times are epoch seconds as floats, the format existing ``state.db`` files use.
+    Times load as aware UTC datetimes (stored as epoch seconds, the format ``state.db``
+    files use); costs in US dollars stay floats.
     """
 
-    __table__ = tables.sessions
+    __table__ = _TABLES["sessions"]
 
     id: Mapped[str]
     source: Mapped[str]
@@ -56,18 +91,18 @@ class AgentSession(Base):
     title: Mapped[str | None]
     model: Mapped[str | None]
     parent_session_id: Mapped[str | None]
-    started_at: Mapped[float]
-    ended_at: Mapped[float | None]
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
     end_reason: Mapped[str | None]
 
     handoff_state: Mapped[str | None]
     handoff_platform: Mapped[str | None]
     handoff_error: Mapped[str | None]
-    handoff_requested_at: Mapped[float | None]
-    handoff_claimed_at: Mapped[float | None]
-    handoff_finished_at: Mapped[float | None]
+    handoff_requested_at: Mapped[datetime | None]
+    handoff_claimed_at: Mapped[datetime | None]
+    handoff_finished_at: Mapped[datetime | None]
     handoff_owner: Mapped[str | None]
-    handoff_lease_expires_at: Mapped[float | None]
+    handoff_lease_expires_at: Mapped[datetime | None]
     handoff_attempt: Mapped[int]
 
     model_config: Mapped[str | None]
@@ -88,7 +123,7 @@ class AgentSession(Base):
     cost_source: Mapped[str | None]
     pricing_version: Mapped[str | None]
     api_call_count: Mapped[int | None]
-    last_activity_at: Mapped[float | None]
+    last_activity_at: Mapped[datetime | None]
     auto_archived: Mapped[int]
     created_source: Mapped[str | None]
     session_key: Mapped[str | None]
@@ -106,11 +141,11 @@ class AgentSession(Base):
     title_source: Mapped[str | None]
     last_activity_description: Mapped[str | None]
     last_activity_provenance: Mapped[str | None]
-    compression_failure_cooldown_until: Mapped[float | None]
+    compression_failure_cooldown_until: Mapped[datetime | None]
     compression_failure_error: Mapped[str | None]
     compression_fallback_streak: Mapped[int]
     compression_ineffective_count: Mapped[int]
-    compression_recovery_deadline: Mapped[float | None]
+    compression_recovery_deadline: Mapped[datetime | None]
     compression_overload_streak: Mapped[int]
     profile_name: Mapped[str | None]
     transport_profile: Mapped[str | None]
@@ -118,7 +153,7 @@ class AgentSession(Base):
     archived: Mapped[int]
     pinned: Mapped[int]
     hidden: Mapped[int]
-    last_read_at: Mapped[float | None]
+    last_read_at: Mapped[datetime | None]
     tool_names: Mapped[str | None]
 
     #: The transcript, oldest first (rewound turns included: filter on ``Message.active``).
@@ -135,15 +170,17 @@ Session = AgentSession
 class Message(Base):
     """One transcript entry of a session, in insertion order."""
 
-    __table__ = tables.messages
+    __table__ = _TABLES["messages"]
 
     id: Mapped[int]
     session_id: Mapped[str]
     role: Mapped[str]
-    content: Mapped[str | None]
-    timestamp: Mapped[float]
+    #: Text, or multimodal content's parts (stored under upstream's ``\\x00json:`` prefix).
+    content: Mapped[str | list[Any] | dict[str, Any] | None]
+    timestamp: Mapped[datetime]
     tool_call_id: Mapped[str | None]
-    tool_calls: Mapped[str | None]
+    #: The calls of an assistant turn, decoded (upstream stores JSON text).
+    tool_calls: Mapped[list[Any] | None]
     tool_name: Mapped[str | None]
     effect_disposition: Mapped[str | None]
     token_count: Mapped[int | None]
@@ -159,7 +196,7 @@ class Message(Base):
     active: Mapped[int]
     api_content: Mapped[str | None]
     display_kind: Mapped[str | None]
-    display_metadata: Mapped[str | None]
+    display_metadata: Mapped[dict[str, Any] | None]
     _compressed_summary: Mapped[int]
     compacted: Mapped[int]
     display_identity: Mapped[bytes | None]
@@ -176,13 +213,13 @@ class HandoffEvent(Base):
     """The audit trail: one row per handoff transition, written in the transition's
     transaction (no foreign key to sessions: see the table)."""
 
-    __table__ = tables.handoff_events
+    __table__ = _TABLES["handoff_events"]
 
     id: Mapped[int]
     session_id: Mapped[str]
     from_state: Mapped[str | None]
     to_state: Mapped[str]
-    at: Mapped[float]
+    at: Mapped[datetime]
     #: The gateway's owner name, "cli" for the command line, or the store's actor.
     actor: Mapped[str | None]
     attempt: Mapped[int | None]
@@ -194,20 +231,20 @@ class SessionTurnLease(Base):
     """The durable turn lease of one conversation: at most one holder (a local turn, or a
     gateway delivering a handoff) works on it at a time, across processes."""
 
-    __table__ = tables.session_turn_leases
+    __table__ = _TABLES["session_turn_leases"]
 
     conversation_id: Mapped[str]
     holder: Mapped[str]
-    acquired_at: Mapped[float]
-    expires_at: Mapped[float]
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
 
 
 class SchemaVersion(Base):
     """Upstream's schema version: the data migrations its store has run on this file."""
 
-    __table__ = upstream.schema_version
+    __table__ = _TABLES["schema_version"]
     # Upstream gives the table no key; its one column serves as the ORM's identity.
-    __mapper_args__ = {"primary_key": [upstream.schema_version.c.version]}  # noqa: RUF012
+    __mapper_args__ = {"primary_key": [_TABLES["schema_version"].c.version]}  # noqa: RUF012
 
     version: Mapped[int]
 
@@ -215,7 +252,7 @@ class SchemaVersion(Base):
 class SystemPrompt(Base):
     """A system prompt, stored once and named by the SHA-256 of its text."""
 
-    __table__ = upstream.system_prompts
+    __table__ = _TABLES["system_prompts"]
 
     hash: Mapped[str]
     prompt: Mapped[str]
@@ -224,7 +261,7 @@ class SystemPrompt(Base):
 class StateMeta(Base):
     """One of upstream's key/value bookkeeping entries."""
 
-    __table__ = upstream.state_meta
+    __table__ = _TABLES["state_meta"]
 
     key: Mapped[str]
     value: Mapped[str | None]
@@ -233,7 +270,7 @@ class StateMeta(Base):
 class SessionModelUsage(Base):
     """Token and cost totals of one session per model, billing route and task."""
 
-    __table__ = upstream.session_model_usage
+    __table__ = _TABLES["session_model_usage"]
 
     session_id: Mapped[str]
     model: Mapped[str]
@@ -251,25 +288,25 @@ class SessionModelUsage(Base):
     actual_cost_usd: Mapped[float]
     cost_status: Mapped[str | None]
     cost_source: Mapped[str | None]
-    first_seen: Mapped[float | None]
-    last_seen: Mapped[float | None]
+    first_seen: Mapped[datetime | None]
+    last_seen: Mapped[datetime | None]
 
 
 class GatewayRoute(Base):
     """Upstream's gateway routing entry of one conversation key (application table)."""
 
-    __table__ = upstream.gateway_routing
+    __table__ = _TABLES["gateway_routing"]
 
     scope: Mapped[str]
     session_key: Mapped[str]
     entry_json: Mapped[str]
-    updated_at: Mapped[float]
+    updated_at: Mapped[datetime]
 
 
 class GatewayHygieneState(Base):
     """Upstream's gateway failure streak of one conversation key (application table)."""
 
-    __table__ = upstream.gateway_hygiene_state
+    __table__ = _TABLES["gateway_hygiene_state"]
 
     session_key: Mapped[str]
     failure_streak: Mapped[int]
@@ -278,7 +315,7 @@ class GatewayHygieneState(Base):
 class ConversationGeneration(Base):
     """Upstream's generation counter of one conversation key (application table)."""
 
-    __table__ = upstream.conversation_generations
+    __table__ = _TABLES["conversation_generations"]
 
     source: Mapped[str]
     session_key: Mapped[str]
@@ -288,12 +325,12 @@ class ConversationGeneration(Base):
 class GatewayHeartbeat(Base):
     """Upstream's liveness record of one gateway process (application table)."""
 
-    __table__ = upstream.gateway_heartbeats
+    __table__ = _TABLES["gateway_heartbeats"]
 
     backend_id: Mapped[str]
     pid: Mapped[int]
-    started_at: Mapped[float]
-    last_heartbeat: Mapped[float]
+    started_at: Mapped[datetime]
+    last_heartbeat: Mapped[datetime]
     profile: Mapped[str]
     host: Mapped[str]
 
@@ -301,54 +338,54 @@ class GatewayHeartbeat(Base):
 class CompressionLock(Base):
     """Upstream's lock on a session being compressed (application table)."""
 
-    __table__ = upstream.compression_locks
+    __table__ = _TABLES["compression_locks"]
 
     session_id: Mapped[str]
     holder: Mapped[str]
-    acquired_at: Mapped[float]
-    expires_at: Mapped[float]
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
 
 
 class AsyncDelegation(Base):
     """Upstream's record of a delegated background task (application table)."""
 
-    __table__ = upstream.async_delegations
+    __table__ = _TABLES["async_delegations"]
 
     delegation_id: Mapped[str]
     origin_session: Mapped[str]
     origin_ui_session_id: Mapped[str]
     parent_session_id: Mapped[str | None]
     state: Mapped[str]
-    dispatched_at: Mapped[float]
-    completed_at: Mapped[float | None]
-    updated_at: Mapped[float]
+    dispatched_at: Mapped[datetime]
+    completed_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
     event_json: Mapped[str | None]
     result_json: Mapped[str | None]
     delivery_state: Mapped[str]
     delivery_attempts: Mapped[int]
-    delivered_at: Mapped[float | None]
+    delivered_at: Mapped[datetime | None]
     owner_pid: Mapped[int | None]
     owner_started_at: Mapped[int | None]
     task_json: Mapped[str | None]
     delivery_claim: Mapped[str | None]
-    delivery_claimed_at: Mapped[float | None]
+    delivery_claimed_at: Mapped[datetime | None]
     origin_session_id: Mapped[str]
 
 
 class TelegramDmTopicMode(Base):
     """Upstream's telegram topic mode of one chat (application table)."""
 
-    __table__ = upstream.telegram_dm_topic_mode
+    __table__ = _TABLES["telegram_dm_topic_mode"]
 
     profile_name: Mapped[str]
     chat_id: Mapped[str]
     user_id: Mapped[str]
     enabled: Mapped[int]
-    activated_at: Mapped[float]
-    updated_at: Mapped[float]
+    activated_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
     has_topics_enabled: Mapped[int | None]
     allows_users_to_create_topics: Mapped[int | None]
-    capability_checked_at: Mapped[float | None]
+    capability_checked_at: Mapped[datetime | None]
     intro_message_id: Mapped[str | None]
     pinned_message_id: Mapped[str | None]
 
@@ -356,7 +393,7 @@ class TelegramDmTopicMode(Base):
 class TelegramDmTopicBinding(Base):
     """Upstream's binding of a telegram topic to a session (application table)."""
 
-    __table__ = upstream.telegram_dm_topic_bindings
+    __table__ = _TABLES["telegram_dm_topic_bindings"]
 
     profile_name: Mapped[str]
     chat_id: Mapped[str]
@@ -365,14 +402,14 @@ class TelegramDmTopicBinding(Base):
     session_key: Mapped[str]
     session_id: Mapped[str]
     managed_mode: Mapped[str]
-    linked_at: Mapped[float]
-    updated_at: Mapped[float]
+    linked_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
 
 
 class DeliveryObligation(Base):
     """Upstream's gateway delivery ledger entry (application table)."""
 
-    __table__ = upstream.delivery_obligations
+    __table__ = _TABLES["delivery_obligations"]
 
     obligation_id: Mapped[str]
     session_key: Mapped[str]
@@ -382,8 +419,8 @@ class DeliveryObligation(Base):
     content: Mapped[str]
     state: Mapped[str]
     attempts: Mapped[int]
-    created_at: Mapped[float]
-    updated_at: Mapped[float]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
     owner_pid: Mapped[int | None]
     owner_started_at: Mapped[int | None]
     last_error: Mapped[str | None]
@@ -392,4 +429,4 @@ class DeliveryObligation(Base):
     owner_installation_id: Mapped[str | None]
     owner_host: Mapped[str | None]
     owner_generation: Mapped[str | None]
-    lease_expires_at: Mapped[float | None]
+    lease_expires_at: Mapped[datetime | None]
