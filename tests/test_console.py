@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from hermes_state import SessionDB
+from hermes_state import SessionDB, schema
 from hermes_state.cli import build_parser
 from hermes_state.cli.handoff import WITHDRAWN_ERROR
 from hermes_state.engine import ENV_URL, resolve_url
@@ -429,12 +429,13 @@ def test_copy_errors_quote_the_target_as_typed(
     assert "+psycopg" not in line
     require_server("mysql")
     with throwaway_database("mysql") as url:
+        schema.upgrade(url, "0002_handoff_leases")  # behind head, with tables: refused
         behind = url_arg(url)
         assert behind.startswith("mysql://")
         refused = run("db", "copy", *dry_run, "--url", str(path), "--to", behind)
         assert refused.returncode == 1
         (line,) = refused.stderr.splitlines()
-        assert f"run `hermes-state --url '{behind}' db upgrade`" in line
+        assert f"run `hermes-state db upgrade --url {behind}` and try again" in line
         assert "+pymysql" not in line
 
 

@@ -23,6 +23,7 @@ from hermes_state.dashboard.app import session_path
 from .conftest import SERIAL
 from .processes import DashboardProcess, run_cli
 from .stores import HandClock, put
+from .vintages import REAL_SCHEMA30
 
 pytestmark = SERIAL  # one headless Chromium at a time, waiting on live updates
 
@@ -284,3 +285,29 @@ def test_without_javascript_the_pages_are_a_static_view(tmp_path: Path, database
             assert "failed-1" in driver.find_element(By.CSS_SELECTOR, "h1.session-id").text
     finally:
         driver.quit()
+
+
+def test_an_upstream_file_not_adopted_yet_shows_its_tool_calls(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The real upstream file, read-only through the lens: the transcript names each call's
+    tool with its arguments and each result's tool; the file keeps every byte."""
+    path = tmp_path / "upstream" / "state.db"
+    path.parent.mkdir()
+    shutil.copyfile(REAL_SCHEMA30, path)
+    before = path.read_bytes()
+    with DashboardProcess(path) as dashboard:
+        browser.get(dashboard.base + session_path("20250402_090713_0345a8"))
+        wait_for(browser, lambda d: d.find_elements(By.ID, "transcript"), "the session page")
+        calls = browser.find_elements(By.CSS_SELECTOR, "#transcript .tool-call")
+        assert calls[0].find_element(By.CSS_SELECTOR, ".tool-name").text == "read_file"
+        arguments = calls[0].find_element(By.CSS_SELECTOR, ".tool-arguments").text
+        assert arguments == '{"path": "tests/test_parser.py", "offset": 1, "limit": 200}'
+        assert calls[1].find_element(By.CSS_SELECTOR, ".tool-arguments").text == (
+            '{"path": "notes/今日.md", "content": "# 笔记\\n- 完成 ✅"}'
+        )
+        results = browser.find_elements(By.CSS_SELECTOR, "#transcript li.role-tool")
+        assert results[0].find_element(By.CSS_SELECTOR, ".tool-name").text == (
+            "read_file (call_cb5c3e1f46ce)"
+        )
+    assert path.read_bytes() == before

@@ -163,7 +163,7 @@ def test_the_models_example(tmp_path: Path, isolated_home: Path) -> None:
     assert result.stdout.splitlines() == [
         "s1 3 1",
         "  1 user: What is in this folder?",
-        '  2 assistant: [{"id": "call_1"}]',
+        "  2 assistant: [{'id': 'call_1'}]",  # tool_calls loads decoded: a list
         "  3 tool: notes.txt",
     ]
 

@@ -253,7 +253,13 @@ def _confirmed(out: Output, rows: int) -> bool:
 
 
 def configure_current(actions: Any) -> None:
-    command(actions, "current", run_current, help="print the database's revision")
+    command(
+        actions,
+        "current",
+        run_current,
+        help="print the database's revision ('not adopted (upstream schema N)' for an upstream "
+        "file db upgrade has not adopted; a damaged file is named, exit 2)",
+    )
 
 
 def run_current(args: argparse.Namespace, out: Output) -> Result:

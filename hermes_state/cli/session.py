@@ -202,7 +202,8 @@ def configure_messages(actions: Any) -> None:
         "messages",
         run_messages,
         help="the transcript of SESSION_ID (what a handoff carries), oldest first: each "
-        "message's id, time and role, then its content indented",
+        "message's id, time and role (a tool result: and its tool), then its content and "
+        "each tool call as '-> name(arguments)', indented",
     )
     parser.add_argument("session_id", metavar="SESSION_ID")
 
