@@ -779,7 +779,7 @@ READERS = {
     ("handoff", "history"),
     ("handoff", "stats"),
 }
-#: Writers without a dry run, each for the reason the README's "Command line" section gives.
+#: Writers without a dry run, each for the reason docs/cli.md gives.
 NO_DRY_RUN = {("watch",), ("demo",), ("dashboard",)}
 
 

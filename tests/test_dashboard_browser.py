@@ -3,7 +3,7 @@ driven by Selenium): what it renders, a live update made by another process, the
 refused without the token and accepted with it, and a session's timeline and transcript.
 
 Skipped with a reason where Chromium is not installed; ``.ci/run`` installs it. With
-``HERMES_STATE_SCREENSHOTS=DIR`` the tests save the README's screenshots into DIR.
+``HERMES_STATE_SCREENSHOTS=DIR`` the tests save the screenshots of docs/dashboard.md into DIR.
 """
 
 from __future__ import annotations

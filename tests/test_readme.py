@@ -1,5 +1,7 @@
-"""The README keeps its promises: the command-line reference is the parsers' own ``--help``,
-and every Python example is a complete program that runs as written."""
+"""The README and the documentation keep their promises: the command-line reference
+(docs/cli-reference.md) is the parsers' own ``--help``, the README's links reach the pages and
+headings they name, and every Python example, in README.md or a page of docs/, is a complete
+program that runs as written."""
 
 from __future__ import annotations
 
@@ -16,20 +18,56 @@ from tests.conftest import require_server, throwaway_database, url_arg
 from tests.processes import DEADLINE, Watcher, wait_until
 from tests.stores import put
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: Where examples are: the README, then the documentation's pages.
+SOURCES = (README, *sorted(DOCS.glob("*.md")))
+#: Every Python example, once: one shown both in the README and on a page is the same text, so
+#: it counts once (were the two copies to drift apart, they would count twice).
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+EXAMPLES = list(
+    dict.fromkeys(
+        code
+        for source in SOURCES
+        for code in PYTHON_BLOCK.findall(source.read_text(encoding="utf-8"))
+    )
+)
 
 
 def test_the_cli_reference_is_up_to_date() -> None:
-    text = README.read_text(encoding="utf-8")
+    page = ROOT / reference.PAGE
+    text = page.read_text(encoding="utf-8")
     assert reference.START in text
     assert reference.updated(text) == text, (
-        "README's command-line reference is stale: run `python -m hermes_state.cli.reference`"
+        f"{reference.PAGE} is stale: run `python -m hermes_state.cli.reference`"
     )
+    # Run from the repository root, the command checks that page by default.
+    check = [sys.executable, "-m", "hermes_state.cli.reference", "--check"]
+    result = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def _slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) gives a heading."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_the_readme_links_reach_the_docs() -> None:
+    # mkdocs build --strict checks the pages' links; the README is not one of them.
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", README.read_text(encoding="utf-8"))
+    assert links
+    for target, anchor in links:
+        path = ROOT / target
+        assert path.is_file(), f"README links to {target}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#{1,6} (.*)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+            assert anchor in {_slug(h) for h in headings}, f"{target} has no heading #{anchor}"
 
 
 def test_the_reference_check_command(tmp_path: Path) -> None:
-    stale = tmp_path / "README.md"
+    stale = tmp_path / "cli-reference.md"
     stale.write_text(f"intro\n{reference.START}\nold\n{reference.END}\nend\n")
     check = [sys.executable, "-m", "hermes_state.cli.reference", str(stale), "--check"]
     assert subprocess.run(check, capture_output=True, check=False).returncode == 1
@@ -43,7 +81,7 @@ def test_the_reference_check_command(tmp_path: Path) -> None:
 
 def example(fragment: str) -> str:
     found = [code for code in EXAMPLES if fragment in code]
-    assert len(found) == 1, f"{len(found)} README examples contain {fragment!r}"
+    assert len(found) == 1, f"{len(found)} examples (README.md, docs/*.md) contain {fragment!r}"
     return found[0]
 
 

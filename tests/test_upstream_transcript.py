@@ -416,16 +416,16 @@ def test_migration_0004_round_trip_leaves_an_upstream_file_as_it_was(upstream_fi
     assert row_digest(upstream_file) == digest
 
 
-# -- the README's model-layer example ------------------------------------------------------------
+# -- the library guide's model-layer example (docs/library.md) ----------------------------------
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+LIBRARY_GUIDE = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 
 
-def test_the_readme_async_model_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### The models, with an `AsyncSession`", 1)[1]
+def test_the_library_guide_async_model_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = LIBRARY_GUIDE.read_text(encoding="utf-8")
+    section = text.split("\n## The models, with an `AsyncSession`\n", 1)[1]
     program = section.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(program, "README example", "exec"), {"__name__": "__main__"})
+    exec(compile(program, "docs/library.md example", "exec"), {"__name__": "__main__"})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "s1 3 1"
     assert [line.split(":")[0].strip() for line in lines[1:]] == [
