@@ -10,7 +10,6 @@ connection is touched, so bad input never opens a transaction.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import threading
 import time
@@ -29,7 +28,7 @@ from .errors import (
     InvalidInputTypeError,
     UnknownSessionError,
 )
-from .models import ID_LENGTH, HandoffState
+from .models import HandoffState
 from .statements import Capabilities, ReclaimScope, Transition
 from .validation import (
     NAME_LENGTH,
@@ -636,10 +635,9 @@ def delivery_holder(gateway: str, session_id: str) -> str:
     """Whom the turn lease of one delivery of ``session_id`` by ``gateway`` names: per
     session, so two segments of one conversation pending at once are delivered one after the
     other, never together; and stable across the gateway's restarts, so its next life takes a
-    dead one's leases back at once. (:func:`statements.delivery_holder` is the same rule in
-    SQL.)"""
-    digest = hashlib.sha256(session_id.encode()).hexdigest()[:16]
-    return f"handoff:{digest}:{gateway}"[:ID_LENGTH]
+    dead one's leases back at once. The rule is :data:`statements.DELIVERY_HOLDER`, whose SQL
+    form the one-statement claim of the next rows computes in the database."""
+    return statements.DELIVERY_HOLDER.name(gateway, session_id)
 
 
 def _oldest_first(rows: list[Row]) -> list[Row]:
@@ -756,9 +754,7 @@ class PlanBook:
 
     # sessions and transcript
 
-    def create_session(
-        self, session_id: object, source: object, fields: Mapping[str, object]
-    ) -> Plan[str]:
+    def create_session(self, session_id: object, source: object, **fields: object) -> Plan[str]:
         values: dict[str, Any] = dict.fromkeys(statements.SESSION_FIELDS)
         values["started_at"] = self.clock()
         values.update(require_fields(fields))
@@ -766,16 +762,17 @@ class PlanBook:
         values["source"] = require_identifier("source", source, max_length=NAME_LENGTH)
         return Plan(_create_session, values, writes=True)
 
+    def ensure_session(
+        self, session_id: object, source: object = "unknown", **fields: object
+    ) -> Plan[str]:
+        return self.create_session(session_id, source, **fields)
+
     def append_message(
-        self,
-        session_id: object,
-        role: object,
-        content: object,
-        fields: Mapping[str, object] | None = None,
+        self, session_id: object, role: object, content: object = None, **fields: object
     ) -> Plan[int]:
         """Append a live message with upstream's optional fields; the session's message and
         tool-call counters move in the same transaction."""
-        values, tool_calls, timestamp = require_message_fields(fields or {})
+        values, tool_calls, timestamp = require_message_fields(fields)
         params = {
             **values,
             "session_id": require_identifier("session_id", session_id),
@@ -1029,7 +1026,16 @@ class PlanBook:
         params = self._reclaim_params(error)
         return Plan(_reclaim, require_scope(scope), params, writes=True)
 
-    def preview_reclaim(self, scope: object) -> Plan[list[Row]]:
+    def reclaim_stale_running_handoffs(self, error: object) -> Plan[list[str]]:
+        return self.reclaim_handoffs(statements.ReclaimScope.STALE, error)
+
+    def reclaim_expired_handoffs(self, error: object) -> Plan[list[str]]:
+        return self.reclaim_handoffs(statements.ReclaimScope.EXPIRED, error)
+
+    def reclaim_running_handoffs(self, error: object) -> Plan[list[str]]:
+        return self.reclaim_handoffs(statements.ReclaimScope.ALL, error)
+
+    def preview_reclaim(self, scope: object = "stale") -> Plan[list[Row]]:
         """What :meth:`reclaim_handoffs` would fail, and why, changing nothing."""
         params = self._reclaim_params("")
         return Plan(_reclaim_preview, require_scope(scope), params, writes=False)

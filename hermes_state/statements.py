@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -58,11 +59,13 @@ from .models import (
 )
 
 __all__ = [
+    "DELIVERY_HOLDER",
     "EVENT_COLUMNS",
     "HANDOFF_CHANNEL",
     "MESSAGE_FIELDS",
     "SESSION_FIELDS",
     "Capabilities",
+    "DeliveryHolder",
     "Fence",
     "PickedClaim",
     "ReclaimScope",
@@ -1332,7 +1335,7 @@ def claim_given(turns: bool) -> Select[Any]:
 def claim_next(turns: bool) -> Select[Any]:
     """PostgreSQL, one statement: :func:`claim_given` for the ``:limit`` oldest pending rows
     no other claimer has locked, leaving out the ids ``:exclude``, each row's turn lease taken
-    for its delivery holder (:func:`delivery_holder`) of the gateway ``:turn_gateway``."""
+    for its delivery holder (:data:`DELIVERY_HOLDER`) of the gateway ``:turn_gateway``."""
     picked = (
         _oldest_pending(False)
         .add_columns(_c.started_at)
@@ -1343,25 +1346,67 @@ def claim_next(turns: bool) -> Select[Any]:
     return _claim_picked(picked, turns, None)
 
 
-def delivery_holder(session_id: ColumnElement[str]) -> ColumnElement[str]:
-    """PostgreSQL: the holder :func:`hermes_state.plans.delivery_holder` names for a delivery
-    of ``session_id`` by the gateway ``:turn_gateway``, computed by the database (the two are
-    the same rule; a test holds them to it)."""
-    digest = func.left(
-        func.encode(
-            func.sha256(func.convert_to(session_id, literal_column("'UTF8'"))),
-            literal_column("'hex'"),
-        ),
-        literal_column("16"),
-    )
-    gateway = bindparam("turn_gateway", type_=String())
-    holder = literal_column("'handoff:'", String()) + digest + literal_column("':'") + gateway
-    return func.left(holder, literal_column(str(ID_LENGTH)), type_=String())
+_Part = TypeVar("_Part")
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryHolder:
+    """The delivery-holder rule, defined once: whom the turn lease of one delivery of a session
+    by a gateway names. The holder is ``prefix``, the first ``digest_chars`` hex digits of the
+    SHA-256 of the session id's UTF-8 bytes, ``separator`` and the gateway, cut to ``length``
+    characters. Both forms below are that layout (:meth:`parts`): :meth:`name` computes it in
+    Python (:func:`hermes_state.plans.delivery_holder`, for sessions a caller names),
+    :meth:`sql` has PostgreSQL compute it in the statement that picks the rows
+    (:func:`claim_next`), so neither can change without the other."""
+
+    prefix: str = "handoff:"
+    digest_chars: int = 16
+    separator: str = ":"
+    length: int = ID_LENGTH
+
+    def parts(self, digest: _Part, gateway: _Part) -> tuple[str | _Part, ...]:
+        """The holder's parts in order, the fixed ones as text."""
+        return (self.prefix, digest, self.separator, gateway)
+
+    def name(self, gateway: str, session_id: str) -> str:
+        """The holder, computed here."""
+        digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[: self.digest_chars]
+        return "".join(self.parts(digest, gateway))[: self.length]
+
+    def sql(
+        self, session_id: ColumnElement[str], gateway: ColumnElement[str]
+    ) -> ColumnElement[str]:
+        """PostgreSQL: the holder, computed by the database (``left`` counts characters, as
+        slicing a Python string does)."""
+        digest = func.left(
+            func.encode(
+                func.sha256(func.convert_to(session_id, literal_column("'UTF8'"))),
+                literal_column("'hex'"),
+            ),
+            literal_column(str(self.digest_chars)),
+        )
+        first, *rest = (
+            _sql_text(part) if isinstance(part, str) else part
+            for part in self.parts(digest, gateway)
+        )
+        holder = first
+        for part in rest:
+            holder = holder + part
+        return func.left(holder, literal_column(str(self.length)), type_=String())
+
+
+def _sql_text(text: str) -> ColumnElement[str]:
+    """A fixed text of the rule as an SQL string literal (never a caller's value)."""
+    return literal_column("'" + text.replace("'", "''") + "'", String())
+
+
+#: The rule every delivery's turn lease is named by (see :class:`DeliveryHolder`).
+DELIVERY_HOLDER: Final = DeliveryHolder()
 
 
 def _claim_picked(picked: Any, turns: bool, given: Any) -> Select[Any]:
     """The claim of the ``picked`` rows (see :func:`claim_given`); holders from ``given``
-    (``unnest(:ids, :holders)``), else derived with :func:`delivery_holder`."""
+    (``unnest(:ids, :holders)``), else derived with :data:`DELIVERY_HOLDER`."""
     from sqlalchemy.dialects.postgresql import distinct_on
 
     target: Any = picked
@@ -1372,7 +1417,8 @@ def _claim_picked(picked: Any, turns: bool, given: Any) -> Select[Any]:
             joined = joined.join(given, given.c.id == roots.c.id)
             holder = given.c.holder
         else:
-            holder = delivery_holder(roots.c.id)
+            gateway = bindparam("turn_gateway", type_=String())
+            holder = DELIVERY_HOLDER.sql(roots.c.id, gateway)
         chosen = (
             select(roots.c.id, roots.c.conversation, holder.label("holder"))
             .select_from(joined)

@@ -1,0 +1,9 @@
+-- statements.oldest_pending_locked(), sent by claim_next_handoffs(limit, exclude=ids)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 1 of 5.
+
+SELECT sessions.id
+FROM sessions
+WHERE sessions.handoff_state = 'pending'
+ORDER BY sessions.started_at, sessions.id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;

@@ -1,0 +1,6 @@
+-- statements.count_failures_since(), sent by handoff_stats()
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 4 of 5.
+
+SELECT count(*) AS count
+FROM handoff_events
+WHERE handoff_events.to_state = 'failed' AND handoff_events.at >= :since;

@@ -1,0 +1,9 @@
+-- statements.reclaimable(scope=ReclaimScope.EXPIRED, lock=True), sent by reclaim_expired_handoffs(error)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 1 of 3.
+
+SELECT sessions.id, sessions.handoff_owner AS owner, sessions.handoff_claimed_at AS claimed_at,
+    sessions.handoff_lease_expires_at AS lease_expires_at, sessions.handoff_attempt AS attempt
+FROM sessions
+WHERE sessions.handoff_state = 'running' AND sessions.handoff_lease_expires_at < :now
+ORDER BY sessions.id
+FOR UPDATE;

@@ -1,0 +1,28 @@
+-- statements.complete_handoff(fence=Fence.CLAIM).single, sent by complete_handoff(session_id), after the store claimed it
+-- PostgreSQL (psycopg): the operation's one statement.
+-- Parameters the statement carries: :param_1 = NULL, :param_2 = NULL.
+
+WITH locked AS (
+  SELECT sessions.id AS id, sessions.handoff_state AS from_state
+  FROM sessions
+  WHERE sessions.id = :session_id::VARCHAR AND sessions.handoff_state = 'running'
+      AND sessions.handoff_owner = :owner::VARCHAR AND sessions.handoff_attempt = :attempt::INTEGER
+  ORDER BY sessions.id
+  FOR UPDATE
+),
+moved AS (
+  UPDATE sessions
+  SET handoff_state='completed', handoff_error=:param_1::VARCHAR, handoff_finished_at=:now,
+      handoff_lease_expires_at=:param_2
+  FROM locked
+  WHERE sessions.id = locked.id
+  RETURNING sessions.id, sessions.handoff_attempt, sessions.handoff_platform, locked.from_state
+),
+recorded AS (
+  INSERT INTO handoff_events (session_id, from_state, to_state, at, actor, attempt, detail)
+  SELECT moved.id AS id, moved.from_state AS from_state, 'completed', :now AS anon_1,
+      :actor::VARCHAR AS anon_2, moved.handoff_attempt AS handoff_attempt, NULL AS anon_3
+  FROM moved
+)
+SELECT moved.id, moved.handoff_attempt
+FROM moved;

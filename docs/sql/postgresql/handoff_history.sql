@@ -1,0 +1,9 @@
+-- statements.handoff_history(), sent by handoff_history(session_id)
+-- PostgreSQL (psycopg): the operation's one statement.
+
+SELECT handoff_events.id, handoff_events.session_id, handoff_events.from_state,
+    handoff_events.to_state, handoff_events.at, handoff_events.actor, handoff_events.attempt,
+    handoff_events.detail
+FROM handoff_events
+WHERE handoff_events.session_id = :session_id::VARCHAR
+ORDER BY handoff_events.id;

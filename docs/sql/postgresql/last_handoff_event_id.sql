@@ -1,0 +1,5 @@
+-- statements.last_handoff_event_id(), sent by last_handoff_event_id()
+-- PostgreSQL (psycopg): the operation's one statement.
+
+SELECT max(handoff_events.id) AS last
+FROM handoff_events;

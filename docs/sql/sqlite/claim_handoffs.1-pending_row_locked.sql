@@ -1,0 +1,6 @@
+-- statements.pending_row_locked(), sent by claim_handoffs(session_ids)
+-- SQLite (pysqlite): step 1 of 4, once per session given.
+
+SELECT sessions.id, sessions.started_at
+FROM sessions
+WHERE sessions.id = :session_id AND sessions.handoff_state = 'pending';

@@ -1,0 +1,7 @@
+-- statements.lineage_parent(), sent by claim_handoffs(session_ids, turn_holders=holders)
+-- SQLite (pysqlite): step 2 of 8, for each row locked: once, and once more per step up the session's compression lineage.
+
+SELECT parent.id
+FROM sessions AS child
+JOIN sessions AS parent ON parent.id = child.parent_session_id
+WHERE child.id = :session_id AND parent.end_reason = 'compression';

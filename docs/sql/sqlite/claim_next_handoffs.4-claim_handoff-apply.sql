@@ -1,0 +1,9 @@
+-- statements.claim_handoff(returning=False).apply, sent by claim_next_handoffs(limit, exclude=ids)
+-- SQLite (pysqlite): step 4 of 5, once per row claimed.
+-- Parameters the statement carries: :handoff_attempt_1 = 1.
+
+UPDATE sessions
+SET handoff_state='running', handoff_claimed_at=:now, handoff_owner=:owner,
+    handoff_lease_expires_at=:lease_expires_at,
+    handoff_attempt=(sessions.handoff_attempt + :handoff_attempt_1)
+WHERE sessions.id = :session_id AND sessions.handoff_state = 'pending';

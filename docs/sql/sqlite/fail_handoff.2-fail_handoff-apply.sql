@@ -1,0 +1,10 @@
+-- statements.fail_handoff(from_states={HandoffState.PENDING, HandoffState.RUNNING}, fence=Fence.CLAIM).apply, sent by fail_handoff(session_id, error), after the store claimed it
+-- SQLite (pysqlite): step 2 of 2.
+-- Parameters the statement carries: :handoff_lease_expires_at = NULL.
+
+UPDATE sessions
+SET handoff_state='failed', handoff_error=:error, handoff_finished_at=:now,
+    handoff_lease_expires_at=:handoff_lease_expires_at
+WHERE sessions.id = :session_id AND (sessions.handoff_state = 'pending'
+    OR sessions.handoff_state = 'running' AND sessions.handoff_owner = :owner
+    AND sessions.handoff_attempt = :attempt);

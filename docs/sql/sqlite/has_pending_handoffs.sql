@@ -1,0 +1,9 @@
+-- statements.has_pending_handoffs(), sent by has_pending_handoffs()
+-- SQLite (pysqlite): the operation's one statement.
+-- Parameters the statement carries: :param_1 = 1, :param_2 = 0.
+
+SELECT 1
+FROM sessions
+WHERE sessions.handoff_state = 'pending'
+LIMIT :param_1
+OFFSET :param_2;

@@ -1,0 +1,7 @@
+-- statements.lineage_parent(), sent by release_session_turn_lease(session_id, holder)
+-- SQLite (pysqlite): step 1 of 2, once, and once more per step up the session's compression lineage.
+
+SELECT parent.id
+FROM sessions AS child
+JOIN sessions AS parent ON parent.id = child.parent_session_id
+WHERE child.id = :session_id AND parent.end_reason = 'compression';
