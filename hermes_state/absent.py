@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.pool import StaticPool
 
 from .errors import DatabaseUnavailableError, missing_database
-from .execution import WriteConnection
-from .models import HandoffState
-from .plans import ClaimBatch, Row, _unknown_session
-from .statements import ReclaimScope
+from .execution import WriteConnection, drive, outcome_of
+from .models import metadata
+from .operations import AsyncOperations
+from .plans import Plan
+from .statements import Capabilities
 from .store import Clock, StoreSettings
-from .validation import require_identifiers
 
 if TYPE_CHECKING:
     from .surface import AsyncStore
@@ -24,15 +29,64 @@ __all__ = ["AbsentStore"]
 T = TypeVar("T")
 
 
-class AbsentStore(StoreSettings):
+class _EmptyDatabase:
+    """An empty database at head, in memory, shared by every absent store of the process:
+    each plan runs on it in a transaction that is rolled back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Engine | None = None
+
+    def _ready(self) -> Engine:
+        if self._engine is None:
+            engine = create_engine("sqlite://", poolclass=StaticPool)
+            metadata.create_all(engine)
+            self._engine = engine
+        return self._engine
+
+    def run(self, plan: Plan[T], where: str) -> T:
+        """What ``plan`` answers on an empty database; one that would change a row there
+        needs the database itself, which does not exist."""
+        with self._lock:
+            engine = self._ready()
+            caps = Capabilities.of(engine.dialect)
+            with engine.connect() as connection:
+                before = _changes(connection)
+                try:
+                    result = drive(
+                        plan.start(caps),
+                        lambda step: outcome_of(
+                            connection.execute(step.statement, step.params), step
+                        ),
+                    )
+                    changed = _changes(connection) != before
+                finally:
+                    connection.rollback()
+        if changed:
+            raise missing_database(where)
+        return plan.finish(result)
+
+
+def _changes(connection: Connection) -> int:
+    """Rows inserted, updated or deleted on this SQLite connection so far (rolled back or not)."""
+    raw = connection.connection.driver_connection
+    assert isinstance(raw, sqlite3.Connection)
+    return raw.total_changes
+
+
+_EMPTY = _EmptyDatabase()
+
+
+class AbsentStore(StoreSettings, AsyncOperations):
     """What a store of ``db_path`` would answer while the file does not exist, creating nothing.
 
     The gateway watches profiles whose first session has not been recorded yet; watching must
-    not create their home or their ``state.db``. Every read answers as an empty database at
-    head does (no rows, zero counts); every transition finds no row and answers as the store
-    does for an unknown id (False, ``[]``, ``{id: False}``). Arguments are validated exactly as
-    the store validates them. What would change an empty database (``create_session``,
-    ``ensure_session``, taking a turn lease, ``_execute_write``) raises
+    not create their home or their ``state.db``. Each operation runs its plan, validating the
+    arguments exactly as the store does, on an empty database at head kept in memory (one per
+    process), so every read answers as an empty database does (no rows, zero counts) and every
+    transition as the store does for an unknown id (False, ``[]``, ``{id: False}``), by
+    construction. A plan that would change a row there (``create_session``,
+    ``ensure_session``, taking a turn lease), and ``_execute_write``, raise
     :class:`~hermes_state.DatabaseUnavailableError` instead: open the real store to create the
     file. ``handoff_change_token`` is None (no file to watch: a watcher lists every tick).
     """
@@ -59,6 +113,10 @@ class AbsentStore(StoreSettings):
     def _absent(self) -> DatabaseUnavailableError:
         return missing_database(self.where)
 
+    async def _run(self, plan: Plan[T]) -> T:
+        # In memory and without I/O: microseconds, so it runs on the loop.
+        return _EMPTY.run(plan, self.where)
+
     async def __aenter__(self) -> AbsentStore:
         return self
 
@@ -76,115 +134,6 @@ class AbsentStore(StoreSettings):
     async def _execute_write(self, fn: Callable[[WriteConnection], T]) -> T:
         raise self._absent()
 
-    # -- sessions and transcript ---------------------------------------------------------------
-
-    async def create_session(self, session_id: str, source: str, **fields: Any) -> str:
-        self._plans.create_session(session_id, source, fields)
-        raise self._absent()
-
-    async def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
-        return await self.create_session(session_id, source, **fields)
-
-    async def append_message(
-        self, session_id: str, role: str, content: str | None = None, **fields: Any
-    ) -> int:
-        self._plans.append_message(session_id, role, content, fields)
-        raise _unknown_session(session_id)
-
-    async def get_messages(self, session_id: str) -> list[Row]:
-        self._plans.get_messages(session_id)
-        return []
-
-    async def count_messages(self, session_id: str) -> int:
-        self._plans.count_messages(session_id)
-        return 0
-
-    # -- handoff transitions ------------------------------------------------------------------
-
-    async def request_handoff(self, session_id: str, platform: str) -> bool:
-        self._plans.request_handoff(session_id, platform)
-        return False
-
-    async def retry_handoff(self, session_id: str, platform: str | None = None) -> bool:
-        self._plans.retry_handoff(session_id, platform)
-        return False
-
-    async def claim_handoff(self, session_id: str) -> bool:
-        self._plans.claim_handoff(session_id)
-        return False
-
-    async def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
-        self._plans.claim_pending_handoffs(limit, platform)
-        return []
-
-    async def claim_handoffs(
-        self,
-        session_ids: Iterable[str],
-        *,
-        turn_holders: Mapping[str, str] | None = None,
-        turn_seconds: float = 300.0,
-    ) -> ClaimBatch:
-        self._plans.claim_handoffs(session_ids, turn_holders, turn_seconds)
-        return ClaimBatch([], [])  # nothing is pending, so no turn lease is taken either
-
-    async def claim_next_handoffs(
-        self,
-        limit: int,
-        *,
-        exclude: Iterable[str] = (),
-        turn_gateway: str | None = None,
-        turn_seconds: float = 300.0,
-    ) -> ClaimBatch:
-        self._plans.claim_next_handoffs(limit, exclude, turn_gateway, turn_seconds)
-        return ClaimBatch([], [])
-
-    async def complete_handoff(self, session_id: str) -> bool:
-        self._plans.complete_handoff(session_id)
-        return False
-
-    async def fail_handoff(
-        self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
-    ) -> bool:
-        self._plans.fail_handoff(session_id, error, only_states)
-        return False
-
-    async def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]:
-        ids = require_identifiers("session_ids", session_ids)  # an iterator is read once
-        self._plans.complete_handoffs(ids)
-        return dict.fromkeys(ids, False)
-
-    async def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
-        self._plans.fail_handoffs(errors)
-        return dict.fromkeys(errors, False)
-
-    async def finish_handoffs(
-        self, outcomes: Mapping[str, object], *, release_turns: Mapping[str, str] | None = None
-    ) -> dict[str, bool]:
-        self._plans.finish_handoffs(outcomes, release_turns)
-        return dict.fromkeys(outcomes, False)
-
-    async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
-        self._plans.renew_handoff_leases(session_ids)
-        return []
-
-    async def reclaim_stale_running_handoffs(self, error: object) -> list[str]:
-        self._plans.reclaim_handoffs(ReclaimScope.STALE, error)
-        return []
-
-    async def reclaim_expired_handoffs(self, error: object) -> list[str]:
-        self._plans.reclaim_handoffs(ReclaimScope.EXPIRED, error)
-        return []
-
-    async def reclaim_running_handoffs(self, error: object) -> list[str]:
-        self._plans.reclaim_handoffs(ReclaimScope.ALL, error)
-        return []
-
-    async def preview_reclaim(self, scope: str = "stale") -> list[Row]:
-        self._plans.preview_reclaim(scope)
-        return []
-
-    # -- session turn leases -------------------------------------------------------------------
-
     async def try_acquire_session_turn_lease(
         self,
         session_id: str,
@@ -195,104 +144,10 @@ class AbsentStore(StoreSettings):
     ) -> bool:
         # An empty database would grant the lease by recording it, which needs the file.
         plan = self._plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)
-        if not plan.writes:
-            return False  # an empty id or holder: the store answers "no" without asking
-        raise self._absent()
-
-    async def refresh_session_turn_lease(
-        self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
-    ) -> bool:
-        self._plans.refresh_session_turn_lease(session_id, holder, ttl_seconds)
-        return False
-
-    async def release_session_turn_lease(self, session_id: str, holder: str) -> None:
-        self._plans.release_session_turn_lease(session_id, holder)
-
-    async def refresh_session_turn_leases(
-        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
-    ) -> list[str]:
-        self._plans.refresh_session_turn_leases(turn_holders, ttl_seconds)
-        return []
-
-    async def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
-        self._plans.release_session_turn_leases(turn_holders)
-
-    # -- the audit trail -----------------------------------------------------------------------
-
-    async def handoff_history(self, session_id: str) -> list[Row]:
-        self._plans.handoff_history(session_id)
-        return []
-
-    async def prune_handoff_events(
-        self, older_than_seconds: float, *, dry_run: bool = False
-    ) -> int:
-        self._plans.prune_handoff_events(older_than_seconds, dry_run)
-        return 0
-
-    # -- reads ---------------------------------------------------------------------------------
-
-    async def list_pending_handoffs(self) -> list[Row]:
-        return []
-
-    async def list_handoffs(
-        self,
-        state: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        search: str | None = None,
-    ) -> list[Row]:
-        self._plans.list_handoffs(state, limit, after, search)
-        return []
-
-    async def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
-        ids = require_identifiers("session_ids", session_ids)  # an iterator is read once
-        self._plans.get_transcripts(ids)
-        return {session_id: [] for session_id in ids}
-
-    async def get_session(self, session_id: str) -> Row | None:
-        self._plans.get_session(session_id)
-        return None
-
-    async def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
-        self._plans.handoff_events_after(after, limit)
-        return []
-
-    async def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]:
-        self._plans.recent_handoff_failures(limit)
-        return []
-
-    async def last_handoff_event_id(self) -> int:
-        return 0
-
-    async def list_sessions(
-        self,
-        *,
-        source: str | None = None,
-        handoff_state: str | None = None,
-        since: float | None = None,
-        limit: int | None = None,
-    ) -> list[Row]:
-        self._plans.list_sessions(source, handoff_state, since, limit)
-        return []
-
-    async def has_pending_handoffs(self) -> bool:
-        return False
-
-    async def get_handoff_state(self, session_id: str) -> Row | None:
-        self._plans.get_handoff_state(session_id)
-        return None
+        return await self._run(plan)
 
     async def handoff_change_token(self) -> int | None:
         return None
-
-    async def handoff_stats(self) -> Row:
-        return {
-            "counts": {state.value: 0 for state in HandoffState},
-            "oldest_pending_age_seconds": None,
-            "running_by_owner": [],
-            "failures_last_hour": {"count": 0, "top_errors": []},
-        }
 
 
 if TYPE_CHECKING:

@@ -1,10 +1,10 @@
-"""The store surface, declared once: the sync and the asyncio Protocol every store implements."""
+"""The store surface, declared once: every operation's name, parameters, result and docstring."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -12,14 +12,22 @@ if TYPE_CHECKING:
     from .execution import WriteConnection
     from .plans import ClaimBatch, Row
 
-__all__ = ["AsyncStore", "Store"]
+__all__ = ["HAND_WRITTEN", "AsyncStore", "Store"]
 
 T = TypeVar("T")
 
-# A store method is declared here twice, in Store and in AsyncStore, then written in every
-# store: SessionDB, NativeAsyncSessionDB and AbsentStore (AsyncSessionDB forwards any method).
-# tests/test_surface.py fails until all of them agree on its name, parameters and defaults, and
-# mypy holds each store class to its Protocol.
+# Every operation is declared once, here. tools/generate_operations.py writes from this class
+# hermes_state/operations.py: the asyncio Protocol (AsyncStore) and the methods SessionDB,
+# NativeAsyncSessionDB and AbsentStore inherit, each running the PlanBook plan of the same name
+# (AsyncSessionDB forwards any method to a thread). Only the operations in HAND_WRITTEN are
+# written by each store. tests/test_surface.py holds every store to the declaration.
+
+#: Operations each store writes itself: the life cycle, the raw write, the turn lease taken
+#: with patience (sleeping differs between sync and asyncio) and the change token (the
+#: runner's, not a plan's).
+HAND_WRITTEN: Final = frozenset(
+    {"close", "_execute_write", "try_acquire_session_turn_lease", "handoff_change_token"}
+)
 
 
 class Store(Protocol):
@@ -56,7 +64,7 @@ class Store(Protocol):
     # -- life cycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every connection; the store cannot be used afterwards."""
+        """Close every connection the store holds; the store cannot be used afterwards."""
         ...
 
     def __enter__(self) -> Self: ...
@@ -69,49 +77,65 @@ class Store(Protocol):
     ) -> None: ...
 
     def _execute_write(self, fn: Callable[[WriteConnection], T]) -> T:
-        """``fn(conn)`` in one write transaction, retried whole on lock contention."""
+        """Run ``fn(conn)`` in one write transaction: committed on return, rolled back on error,
+        run again whole on lock contention. ``conn.execute`` takes SQLAlchemy statements or raw
+        SQL in the driver's paramstyle (``?`` on SQLite).
+        """
         ...
 
     # -- sessions and transcript ------------------------------------------------------------
 
     def create_session(self, session_id: str, source: str, **fields: Any) -> str:
-        """Insert a session (an existing one keeps its values); returns the id."""
+        """Insert a session; an existing row with this id keeps its values. Returns the id."""
         ...
 
     def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
-        """``create_session`` with a default source."""
+        """Make sure the session exists (same as ``create_session``, with a default source)."""
         ...
 
     def append_message(
         self, session_id: str, role: str, content: str | None = None, **fields: Any
     ) -> int:
-        """Append a live message to the transcript; returns its id."""
+        """Append a live message to the session's transcript; returns the message id.
+
+        ``fields`` are upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict
+        or its JSON text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning
+        fields, ``platform_message_id``, ``observed``, ...; see docs/library.md). The session's
+        ``message_count`` and ``tool_call_count`` move in the same transaction.
+        """
         ...
 
     def get_messages(self, session_id: str) -> list[Row]:
-        """The live transcript, oldest first."""
+        """The live transcript (rewound turns left out), oldest first: one dict per message
+        with every column the table has, ``tool_calls`` decoded from JSON.
+        """
         ...
 
     def count_messages(self, session_id: str) -> int:
-        """How many messages ``get_messages`` would return (0 for an unknown session)."""
+        """How many messages ``get_messages`` would return, counted in the database (0 for an
+        unknown session).
+        """
         ...
 
     # -- handoff transitions ----------------------------------------------------------------
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
-        """NULL/completed/failed -> pending; False when in flight or unknown."""
+        """NULL/completed/failed -> pending. False when one is in flight or the id is unknown."""
         ...
 
     def retry_handoff(self, session_id: str, platform: str | None = None) -> bool:
-        """failed -> pending again; False unless it failed."""
+        """failed -> pending again (same platform unless given). False unless it failed."""
         ...
 
     def claim_handoff(self, session_id: str) -> bool:
-        """pending -> running, a compare-and-swap: one of concurrent claimers wins."""
+        """pending -> running, atomically: of concurrent claimers exactly one gets True."""
         ...
 
     def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
-        """Claim up to ``limit`` pending rows, oldest first; returns them as claimed."""
+        """Claim up to ``limit`` pending rows (of ``platform``, when given), oldest
+        ``started_at`` first, in one statement where the backend allows; returns them as
+        claimed (running, owner, lease, attempt). Concurrent callers get disjoint rows.
+        """
         ...
 
     def claim_handoffs(
@@ -121,8 +145,15 @@ class Store(Protocol):
         turn_holders: Mapping[str, str] | None = None,
         turn_seconds: float = 300.0,
     ) -> ClaimBatch:
-        """Claim those of the given rows still pending, each with its conversation's turn
-        lease when ``turn_holders`` names a holder per id; the rest are left alone."""
+        """Claim those of ``session_ids`` that are still pending, in one statement where the
+        backend allows (one transaction elsewhere); rows another claimer holds are left to it.
+
+        With ``turn_holders`` (``{session id: holder}``, one for every id) a row is claimed
+        only together with its conversation's turn lease, taken for that holder for
+        ``turn_seconds`` as :meth:`try_acquire_session_turn_lease` takes it; of several rows of
+        one conversation only the oldest is tried, and a row whose turn is held elsewhere stays
+        pending. Returns the rows claimed, as claimed, and the ids left for their turn.
+        """
         ...
 
     def claim_next_handoffs(
@@ -133,53 +164,75 @@ class Store(Protocol):
         turn_gateway: str | None = None,
         turn_seconds: float = 300.0,
     ) -> ClaimBatch:
-        """Claim up to ``limit`` of the oldest pending rows no other claimer holds (not those
-        in ``exclude``), each with its turn lease for ``turn_gateway``'s delivery holder."""
+        """Claim up to ``limit`` of the oldest pending rows no other claimer holds, leaving
+        out the ids in ``exclude`` (rows the caller still delivers), as :meth:`claim_handoffs`
+        claims given rows (one statement on PostgreSQL). With ``turn_gateway``, each row's turn
+        lease is taken for the holder :func:`~hermes_state.plans.delivery_holder` names for a
+        delivery by that gateway.
+        """
         ...
 
     def complete_handoff(self, session_id: str) -> bool:
-        """running -> completed (fenced on this store's claim when it has an owner)."""
+        """running -> completed, clearing the error. With an owner, only this store's claim."""
         ...
 
     def fail_handoff(
         self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
     ) -> bool:
-        """pending/running (or only ``only_states``) -> failed with the error."""
+        """pending/running -> failed with ``str(error)[:500]``; ``only_states`` narrows the
+        states it may fail from (a waiter passes ``("pending",)`` so a claimed row is never
+        failed under its gateway). With an owner, a running row only under this store's claim.
+        """
         ...
 
     def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]:
-        """Complete many running rows at once; ``{id: completed}``."""
+        """Complete many running rows at once (one statement on PostgreSQL, one transaction
+        elsewhere), each fenced like :meth:`complete_handoff` on its own claim's attempt.
+        Returns ``{id: completed}``: False for each row refused (not running, not this
+        store's claim).
+        """
         ...
 
     def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
-        """Fail many running rows at once, ``{id: error}``; ``{id: failed}``."""
+        """Fail many running rows at once, ``{id: error}``, each error stored as
+        ``str(error)[:500]`` and each row fenced like :meth:`fail_handoff`. Returns
+        ``{id: failed}``.
+        """
         ...
 
     def finish_handoffs(
         self, outcomes: Mapping[str, object], *, release_turns: Mapping[str, str] | None = None
     ) -> dict[str, bool]:
-        """Complete (``None``) or fail (an error) many running rows at once, each fenced on its
-        own claim, giving up the turn leases ``release_turns`` names in the same transaction."""
+        """Finish many running rows at once: ``{id: None}`` completes a row, ``{id: error}``
+        fails it with ``str(error)[:500]``, each fenced like :meth:`complete_handoff`; in the
+        same transaction (one statement on PostgreSQL) give up the turn leases
+        ``release_turns`` names (``{session id: holder}``). Returns ``{id: finished}``.
+        """
         ...
 
     def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
-        """Extend the leases this owner still holds; the ids renewed."""
+        """Extend the leases this owner still holds; returns the ids renewed."""
         ...
 
     def reclaim_stale_running_handoffs(self, error: object) -> list[str]:
-        """Fail running rows no live gateway holds; their ids."""
+        """Fail the running rows no live gateway holds, in one transaction; returns their ids.
+
+        Rows without a lease, with an expired lease, or claimed by this store's owner (its
+        previous life died). They are failed, never re-queued: the dead gateway may already
+        have delivered.
+        """
         ...
 
     def reclaim_expired_handoffs(self, error: object) -> list[str]:
-        """Fail running rows whose lease expired; their ids."""
+        """Fail running rows whose lease has expired, whoever holds them; returns their ids."""
         ...
 
     def reclaim_running_handoffs(self, error: object) -> list[str]:
-        """Fail every running row; their ids."""
+        """Fail every running row, leased or not: for an operator who knows no gateway lives."""
         ...
 
     def preview_reclaim(self, scope: str = "stale") -> list[Row]:
-        """What a reclaim in ``scope`` would fail, and why."""
+        """What a reclaim in ``scope`` ("stale", "expired", "all") would fail, and why."""
         ...
 
     # -- session turn leases ----------------------------------------------------------------
@@ -192,43 +245,51 @@ class Store(Protocol):
         ttl_seconds: float = 300.0,
         patience_s: float | None = None,
     ) -> bool:
-        """Take the conversation's turn lease for ``holder``; True when it holds it."""
+        """Take the conversation's turn lease for ``holder`` for ``ttl_seconds``.
+
+        Atomic across processes: of concurrent takers exactly one gets True. An expired lease
+        is taken over; a lease ``holder`` already holds answers True. With ``patience_s``,
+        a held lease is asked for again until that many seconds have passed. The key is the
+        conversation (the lineage root of a compressed session), as upstream keys it.
+        """
         ...
 
     def refresh_session_turn_lease(
         self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
     ) -> bool:
-        """Extend ``holder``'s turn lease; False when it lost it."""
+        """Extend ``holder``'s lease to ``ttl_seconds`` from now; False when it lost it."""
         ...
 
     def release_session_turn_lease(self, session_id: str, holder: str) -> None:
-        """Give up ``holder``'s turn lease."""
+        """Give up ``holder``'s lease; a release by anyone else changes nothing."""
         ...
 
     def refresh_session_turn_leases(
         self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
     ) -> list[str]:
-        """Extend many turn leases at once (``{session id: holder}``); returns those kept."""
+        """Extend, in one call, the leases the holders of ``{session id: holder}`` still hold
+        to ``ttl_seconds`` from now; returns the sessions whose lease was kept.
+        """
         ...
 
     def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
-        """Give up many turn leases at once (``{session id: holder}``)."""
+        """Give up, in one call, the leases the holders of ``{session id: holder}`` hold."""
         ...
 
     # -- the audit trail --------------------------------------------------------------------
 
     def handoff_history(self, session_id: str) -> list[Row]:
-        """The session's recorded transitions, oldest first."""
+        """Every recorded transition of the session, oldest first."""
         ...
 
     def prune_handoff_events(self, older_than_seconds: float, *, dry_run: bool = False) -> int:
-        """Delete (count, with ``dry_run``) events older than this."""
+        """Delete events older than this; returns how many went (would go, with dry_run)."""
         ...
 
     # -- reads ------------------------------------------------------------------------------
 
     def list_pending_handoffs(self) -> list[Row]:
-        """Pending rows, whole, oldest first."""
+        """Pending rows, whole, oldest ``started_at`` first."""
         ...
 
     def list_handoffs(
@@ -239,27 +300,33 @@ class Store(Protocol):
         after: str | None = None,
         search: str | None = None,
     ) -> list[Row]:
-        """Handed-off rows (in ``state``), paged by id."""
+        """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first;
+        ``after`` a session id: the page that follows it; ``search``: ids containing it.
+        """
         ...
 
     def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
-        """:meth:`get_messages` of many sessions at once: ``{id: transcript}``."""
+        """:meth:`get_messages` of many sessions in one statement (one read transaction on
+        SQLite): ``{id: transcript}`` for every id given.
+        """
         ...
 
     def get_session(self, session_id: str) -> Row | None:
-        """The session's whole row, or None."""
+        """The session's whole row (every column), or None for an unknown id."""
         ...
 
     def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
-        """Audit events with an id above ``after``, oldest first."""
+        """Audit events with an id above ``after``, oldest first: what changed since then, by
+        any process (each transition records one).
+        """
         ...
 
     def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]:
-        """The newest failure events, newest first."""
+        """The newest failure events of the audit trail, newest first (``detail``: the error)."""
         ...
 
     def last_handoff_event_id(self) -> int:
-        """The newest audit event's id (0: none)."""
+        """The newest audit event's id (0 when there is none): where a change feed starts."""
         ...
 
     def list_sessions(
@@ -270,198 +337,32 @@ class Store(Protocol):
         since: float | None = None,
         limit: int | None = None,
     ) -> list[Row]:
-        """Session rows, newest first, filtered."""
+        """Whole session rows, newest ``started_at`` first, optionally filtered by source,
+        handoff state and start time (epoch seconds, inclusive), at most ``limit``.
+        """
         ...
 
     def has_pending_handoffs(self) -> bool:
-        """Is any row pending? (cheap)"""
+        """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""
         ...
 
     def get_handoff_state(self, session_id: str) -> Row | None:
-        """``{"state", "platform", "error"}``, or None for an unknown id."""
+        """``{"state", "platform", "error"}`` of the session, or None for an unknown id."""
         ...
 
     def handoff_change_token(self) -> int | None:
-        """A number that moves when another connection commits; None: no such number."""
+        """A number that changes whenever another connection commits (SQLite); None on servers.
+
+        A watcher that saw nothing left to claim may skip its next listing while this number
+        stays the same: the cheap idle poll across processes.
+        """
         ...
 
     def handoff_stats(self) -> Row:
-        """Counts per state, oldest pending age, running rows per owner, recent failures."""
+        """Counts per state, oldest pending age, running rows per owner with their leases, and
+        the failures of the last hour with their most common errors.
+        """
         ...
 
 
-class AsyncStore(Protocol):
-    """:class:`Store`'s methods as coroutine functions, with the same parameters (and
-    ``async with`` in place of ``with``): :class:`~hermes_state.NativeAsyncSessionDB`,
-    :class:`~hermes_state.AsyncSessionDB` over a store, and the watcher's store of a profile
-    that has no database yet (:class:`~hermes_state.absent.AbsentStore`)."""
-
-    @property
-    def url(self) -> URL: ...
-
-    @property
-    def where(self) -> str: ...
-
-    @property
-    def owner(self) -> str | None: ...
-
-    @property
-    def lease_seconds(self) -> float | None: ...
-
-    @property
-    def actor(self) -> str: ...
-
-    # -- life cycle -------------------------------------------------------------------------
-
-    async def close(self) -> None: ...
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None: ...
-
-    async def _execute_write(self, fn: Callable[[WriteConnection], T]) -> T: ...
-
-    # -- sessions and transcript ------------------------------------------------------------
-
-    async def create_session(self, session_id: str, source: str, **fields: Any) -> str: ...
-
-    async def ensure_session(
-        self, session_id: str, source: str = "unknown", **fields: Any
-    ) -> str: ...
-
-    async def append_message(
-        self, session_id: str, role: str, content: str | None = None, **fields: Any
-    ) -> int: ...
-
-    async def get_messages(self, session_id: str) -> list[Row]: ...
-
-    async def count_messages(self, session_id: str) -> int: ...
-
-    # -- handoff transitions ----------------------------------------------------------------
-
-    async def request_handoff(self, session_id: str, platform: str) -> bool: ...
-
-    async def retry_handoff(self, session_id: str, platform: str | None = None) -> bool: ...
-
-    async def claim_handoff(self, session_id: str) -> bool: ...
-
-    async def claim_pending_handoffs(
-        self, limit: int, *, platform: str | None = None
-    ) -> list[Row]: ...
-
-    async def claim_handoffs(
-        self,
-        session_ids: Iterable[str],
-        *,
-        turn_holders: Mapping[str, str] | None = None,
-        turn_seconds: float = 300.0,
-    ) -> ClaimBatch: ...
-
-    async def claim_next_handoffs(
-        self,
-        limit: int,
-        *,
-        exclude: Iterable[str] = (),
-        turn_gateway: str | None = None,
-        turn_seconds: float = 300.0,
-    ) -> ClaimBatch: ...
-
-    async def complete_handoff(self, session_id: str) -> bool: ...
-
-    async def fail_handoff(
-        self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
-    ) -> bool: ...
-
-    async def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]: ...
-
-    async def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]: ...
-
-    async def finish_handoffs(
-        self, outcomes: Mapping[str, object], *, release_turns: Mapping[str, str] | None = None
-    ) -> dict[str, bool]: ...
-
-    async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]: ...
-
-    async def reclaim_stale_running_handoffs(self, error: object) -> list[str]: ...
-
-    async def reclaim_expired_handoffs(self, error: object) -> list[str]: ...
-
-    async def reclaim_running_handoffs(self, error: object) -> list[str]: ...
-
-    async def preview_reclaim(self, scope: str = "stale") -> list[Row]: ...
-
-    # -- session turn leases ----------------------------------------------------------------
-
-    async def try_acquire_session_turn_lease(
-        self,
-        session_id: str,
-        holder: str,
-        *,
-        ttl_seconds: float = 300.0,
-        patience_s: float | None = None,
-    ) -> bool: ...
-
-    async def refresh_session_turn_lease(
-        self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
-    ) -> bool: ...
-
-    async def release_session_turn_lease(self, session_id: str, holder: str) -> None: ...
-
-    async def refresh_session_turn_leases(
-        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
-    ) -> list[str]: ...
-
-    async def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None: ...
-
-    # -- the audit trail --------------------------------------------------------------------
-
-    async def handoff_history(self, session_id: str) -> list[Row]: ...
-
-    async def prune_handoff_events(
-        self, older_than_seconds: float, *, dry_run: bool = False
-    ) -> int: ...
-
-    # -- reads ------------------------------------------------------------------------------
-
-    async def list_pending_handoffs(self) -> list[Row]: ...
-
-    async def list_handoffs(
-        self,
-        state: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        search: str | None = None,
-    ) -> list[Row]: ...
-
-    async def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]: ...
-
-    async def get_session(self, session_id: str) -> Row | None: ...
-
-    async def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]: ...
-
-    async def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]: ...
-
-    async def last_handoff_event_id(self) -> int: ...
-
-    async def list_sessions(
-        self,
-        *,
-        source: str | None = None,
-        handoff_state: str | None = None,
-        since: float | None = None,
-        limit: int | None = None,
-    ) -> list[Row]: ...
-
-    async def has_pending_handoffs(self) -> bool: ...
-
-    async def get_handoff_state(self, session_id: str) -> Row | None: ...
-
-    async def handoff_change_token(self) -> int | None: ...
-
-    async def handoff_stats(self) -> Row: ...
+from .operations import AsyncStore  # noqa: E402  (generated from Store, above)

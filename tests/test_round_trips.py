@@ -1,7 +1,7 @@
 """Round trips per operation on the real servers, counted at the driver (see tests/wire.py).
 
-The numbers are the table of docs/throughput.md ("Throughput: batches and round trips"). PostgreSQL: one
-per operation, the statement itself. MariaDB/MySQL: the statements and the COMMIT, nothing
+The numbers are docs/throughput.md's table ("Throughput: batches and round trips"). PostgreSQL:
+one per operation, the statement itself. MariaDB/MySQL: the statements and the COMMIT, nothing
 else: no ping before (a dead idle connection is found by looking at its socket), no ROLLBACK
 after (the pool resets a connection only when the server says a transaction is open), and
 on MariaDB no read-back of a claim's attempt (the audit INSERT returns it).

@@ -8,7 +8,10 @@ assigns its class to a variable of its Protocol's type under ``TYPE_CHECKING``).
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from hermes_state import (
     SessionDB,
 )
 from hermes_state.absent import AbsentStore
-from hermes_state.surface import AsyncStore, Store
+from hermes_state.surface import HAND_WRITTEN, AsyncStore, Store
 from tests.digest import database_digest
 
 SYNC_ONLY = {"__enter__", "__exit__"}
@@ -318,3 +321,61 @@ async def test_the_absent_store_refuses_bad_input_as_the_store_does(
         expected = await outcome(empty, name, arguments)
     assert answer == expected
     assert answer[0] == "raised", answer
+
+
+# -- the one declaration and what is generated from it ------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "generate_operations", ROOT / "tools" / "generate_operations.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_operations_are_current() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "generate_operations.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_operation_without_a_plan_is_refused_by_the_generator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A declaration the plan book cannot run is named, not generated half-way."""
+    generator = _generator()
+    declared_text = (ROOT / "hermes_state" / "surface.py").read_text()
+    anchor = "    def handoff_stats(self) -> Row:"
+    assert anchor in declared_text
+    changed = tmp_path / "surface.py"
+    changed.write_text(
+        declared_text.replace(
+            anchor,
+            '    def frobnicate(self, depth: int) -> int:\n        """New."""\n        ...\n\n'
+            + anchor,
+        )
+    )
+    monkeypatch.setattr(generator, "SURFACE", changed)
+    with pytest.raises(SystemExit) as refused:
+        generator.render()
+    assert "frobnicate: PlanBook has no plan of this name" in str(refused.value)
+
+
+def test_each_generated_method_runs_the_plan_of_its_name() -> None:
+    """One docstring per operation: the generated methods carry the declaration's."""
+    for name, declaration in methods(Store).items():
+        if name in HAND_WRITTEN or name.startswith("__"):
+            continue
+        assert getattr(SessionDB, name).__doc__ == declaration.__doc__, name
+        assert getattr(NativeAsyncSessionDB, name).__doc__ == declaration.__doc__, name
+        assert f"self._plans.{name}(" in inspect.getsource(getattr(SessionDB, name)), name
