@@ -137,15 +137,15 @@ MUTANTS = [
     Mutant(
         "lease-upkeep",
         "a watcher renews the leases of its deliveries in flight",
-        "gateway/run.py",
-        '        renew = getattr(db, "renew_handoff_leases", None)',
-        "        renew = None",
+        "hermes_state/watcher/upkeep.py",
+        "        if offers.lease_renewal:",
+        "        if False:",
         ("tests/test_gateways.py",),
     ),
     Mutant(
         "report-before-flush",
         "a batched delivery is reported done only once its flush committed",
-        "gateway/run.py",
+        "hermes_state/watcher/deliveries.py",
         "            outcome = _reported(session_id, error, await recorded)",
         "            outcome = _reported(session_id, error, True)",
         ("tests/test_watcher_flush.py",),
@@ -161,7 +161,7 @@ MUTANTS = [
     Mutant(
         "drain-flush",
         "the drain flushes the outcomes still queued before the watcher returns",
-        "gateway/run.py",
+        "hermes_state/watcher/loop.py",
         "            await self.flusher.close()",
         "            pass",
         ("tests/test_watch_pipeline.py",),

@@ -78,6 +78,23 @@ def test_no_module_imports_one_that_imports_it_back(module: str) -> None:
     assert cycle is None, " -> ".join(cycle or [])
 
 
+def test_no_module_of_the_package_imports_the_gateway_module() -> None:
+    """``gateway/run.py`` is a compatible module over ``hermes_state.watcher``: the package
+    never imports it back (the graph above only sees the package's own modules)."""
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            if any(target.partition(".")[0] == "gateway" for target in targets):
+                found.append(f"{name}, line {node.lineno}")
+    assert found == []
+
+
 def test_every_exception_class_is_defined_in_errors_py() -> None:
     strays = []
     sources = {**_modules(), "gateway.run": PACKAGE.parent / "gateway" / "run.py"}

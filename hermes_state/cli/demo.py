@@ -22,7 +22,7 @@ from ..store import SessionDB
 from .common import Output, Result, add_option, command
 
 if TYPE_CHECKING:
-    from gateway.run import GatewayRunner
+    from ..watcher import GatewayRunner
 
 TRANSCRIPTS = {
     "alpha": [("user", "Summarise the design doc for me."), ("assistant", "Here is a summary...")],
@@ -197,7 +197,7 @@ def _kill_pid_in(pid_file: Path) -> None:
 
 def _second_gateway(db: SessionDB, delivered: list[str]) -> GatewayRunner:
     """An in-process gateway; every ``run()`` starts with the startup reclaim, then polls."""
-    from gateway.run import GatewayRunner
+    from ..watcher import GatewayRunner
 
     async def deliver(row: Mapping[str, Any], profile_name: str | None) -> None:
         delivered.append(str(row["id"]))

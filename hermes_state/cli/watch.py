@@ -442,9 +442,8 @@ def _watcher_metrics(port: int | None) -> Any:
 
 
 def run_watch(args: argparse.Namespace, out: Output) -> Result:
-    from gateway.run import GatewayRunner, default_owner
-
     from ..store import SessionDB
+    from ..watcher import GatewayRunner, default_owner
 
     if bool(args.exec) == bool(args.handler):
         raise InvalidInputError("watch needs exactly one of --exec CMD or --handler MODULE:FUNC")
