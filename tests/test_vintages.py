@@ -28,7 +28,7 @@ SERVERS = ["postgresql", "mysql"]
 
 @pytest.fixture(params=VINTAGES)
 def vintage(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """An upstream state.db, adopted in place (the way every command finds it afterwards)."""
+    """An upstream state.db as upstream left it (not adopted yet)."""
     path = tmp_path / f"upstream-{request.param}" / "state.db"
     if request.param == "real-11":
         copy_real_schema11(path)
@@ -82,8 +82,10 @@ def test_promotion_and_back_is_an_identity(
     report = there.json()
     copied = {table["table"]: table for table in report["tables"]}
     skipped = {skip["table"]: skip["reason"] for skip in report["skipped"]}
-    original = every_row(vintage)  # adopted on the way: the source as it now is
-    assert set(copied) == set(original)
+    original = every_row(vintage)  # the source is only read: db copy writes its target alone
+    assert set(original) <= set(copied)
+    for table in set(copied) - set(original):  # modelled tables the vintage does not have yet
+        assert copied[table]["source_rows"] == copied[table]["copied"] == 0, table
     for table, rows in original.items():
         assert copied[table]["copied"] == len(rows), table
         assert copied[table]["target_rows"] == len(rows), table
