@@ -19,18 +19,18 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable
 
-from . import statements
-from .content import decoded_content
-from .errors import (
+from .. import statements
+from ..content import decoded_content
+from ..errors import (
     ConcurrentChangeError,
     HermesStateError,
     InvalidInputError,
     InvalidInputTypeError,
     UnknownSessionError,
 )
-from .models import HandoffState
-from .statements import Capabilities, ReclaimScope, Transition
-from .validation import (
+from ..models import HandoffState
+from ..statements import Capabilities, ReclaimScope, Transition
+from ..validation import (
     NAME_LENGTH,
     ROLE_LENGTH,
     clean_error,

@@ -47,7 +47,7 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.util import ClauseAdapter
 
-from .models import (
+from ..models import (
     ID_LENGTH,
     REQUESTABLE_STATES,
     HandoffState,

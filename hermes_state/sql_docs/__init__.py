@@ -6,7 +6,6 @@ import argparse
 import enum
 import inspect
 import re
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,10 @@ from sqlalchemy import Connection, Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-from . import statements as S
-from .models import HandoffState
-from .statements import Capabilities, Fence, ReclaimScope
-from .validation import require_only_states
+from .. import statements as S
+from ..models import HandoffState
+from ..statements import Capabilities, Fence, ReclaimScope
+from ..validation import require_only_states
 
 __all__ = [
     "DIALECTS",
@@ -1135,7 +1134,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in extra:
         (directory / path).unlink()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

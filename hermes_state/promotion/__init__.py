@@ -68,9 +68,9 @@ from sqlalchemy.schema import DefaultClause, SchemaItem
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import NullType, TypeEngine
 
-from . import content, search_index
-from .drift import sqlite_affinity
-from .engine import (
+from .. import content, search_index
+from ..drift import sqlite_affinity
+from ..engine import (
     READ_ONLY,
     connect_for_reading,
     describe,
@@ -78,14 +78,14 @@ from .engine import (
     make_engine,
     resolve_url,
 )
-from .errors import (
+from ..errors import (
     CopyConflictError,
     CopyRefusedError,
     HermesStateError,
     InvalidInputError,
     translated,
 )
-from .models import (
+from ..models import (
     ID_LENGTH,
     UPSTREAM_SCHEMA_VERSION,
     handoff_events,
@@ -94,8 +94,8 @@ from .models import (
     sessions,
     table_options,
 )
-from .notify import database_key
-from .schema import (
+from ..notify import database_key
+from ..schema import (
     ADOPTION_TABLE,
     HEAD_REVISION,
     NO_REVISION,
