@@ -64,7 +64,7 @@ MUTANTS = [
     Mutant(
         "claim-cas",
         "a claim is a compare-and-swap from pending: a running row cannot be claimed again",
-        "hermes_state/statements/__init__.py",
+        "hermes_state/statements/transitions.py",
         "        _one_session(state_is(HandoffState.PENDING)),\n        _claimed_values(),",
         "        _one_session(_state_in([HandoffState.PENDING, HandoffState.RUNNING])),\n"
         "        _claimed_values(),",
@@ -97,7 +97,7 @@ MUTANTS = [
     Mutant(
         "fence-attempt",
         "a store's earlier life (same owner) cannot finish the attempt its next life claimed",
-        "hermes_state/statements/__init__.py",
+        "hermes_state/statements/transitions.py",
         '        condition = and_(condition, _c.handoff_attempt == bindparam("attempt"))\n',
         "        pass\n",
         ("tests/test_ownership.py",),
@@ -105,7 +105,7 @@ MUTANTS = [
     Mutant(
         "batch-fence",
         "a batch completion finishes each row only under the attempt this store claimed",
-        "hermes_state/statements/__init__.py",
+        "hermes_state/statements/claims.py",
         '    return and_(condition, _c.handoff_owner == bindparam("owner"), same_attempt)',
         '    return and_(condition, _c.handoff_owner == bindparam("owner"))',
         ("tests/test_sqlite_batches.py", "tests/test_batch_claims.py"),
@@ -121,7 +121,7 @@ MUTANTS = [
     Mutant(
         "reclaim-scope",
         "a stale or expired reclaim leaves live leases of other gateways alone",
-        "hermes_state/statements/__init__.py",
+        "hermes_state/statements/transitions.py",
         "    if scope is ReclaimScope.ALL:\n        return running",
         "    if True:\n        return running",
         ("tests/test_ownership.py",),
@@ -169,7 +169,7 @@ MUTANTS = [
     Mutant(
         "reclaim-expired",
         "an expired-lease reclaim leaves rows without a lease alone",
-        "hermes_state/statements/__init__.py",
+        "hermes_state/statements/transitions.py",
         '        return and_(running, lease < bindparam("now"))',
         '        return and_(running, or_(lease.is_(None), lease < bindparam("now")))',
         ("tests/test_ownership.py",),
