@@ -73,7 +73,7 @@ MUTANTS = [
     Mutant(
         "only-states",
         "fail_handoff(only_states=...) fails a row only from the states named",
-        "hermes_state/plans/__init__.py",
+        "hermes_state/plans/book.py",
         "from_states = require_only_states(only_states)",
         "from_states = require_only_states(None)",
         ("tests/test_transitions.py",),
@@ -81,7 +81,7 @@ MUTANTS = [
     Mutant(
         "fence-complete",
         "completion is fenced on the owner and the attempt this store claimed",
-        "hermes_state/plans/__init__.py",
+        "hermes_state/plans/book.py",
         "transition = statements.complete_handoff(fence)",
         "transition = statements.complete_handoff(statements.Fence.NONE)",
         ("tests/test_ownership.py",),
@@ -89,7 +89,7 @@ MUTANTS = [
     Mutant(
         "fence-fail",
         "failing a running row is fenced on the owner and the attempt this store claimed",
-        "hermes_state/plans/__init__.py",
+        "hermes_state/plans/book.py",
         "transition = statements.fail_handoff(from_states, fence)",
         "transition = statements.fail_handoff(from_states, statements.Fence.NONE)",
         ("tests/test_ownership.py",),
@@ -113,7 +113,7 @@ MUTANTS = [
     Mutant(
         "lease-renewal",
         "renew_handoff_leases extends the leases this owner still holds",
-        "hermes_state/plans/__init__.py",
+        "hermes_state/plans/book.py",
         "if ownership is None or ownership.lease_seconds is None or not ids:",
         "if True:",
         ("tests/test_ownership.py",),
@@ -153,7 +153,7 @@ MUTANTS = [
     Mutant(
         "batch-claim-turns",
         "a batch claim takes a row only together with its conversation's turn lease",
-        "hermes_state/plans/__init__.py",
+        "hermes_state/plans/claims.py",
         "            (winners if taken else held).append(session_id)",
         "            winners.append(session_id)",
         ("tests/test_delivery_batches.py",),
