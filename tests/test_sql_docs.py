@@ -145,7 +145,7 @@ def test_every_builder_is_documented_or_said_to_be_sent_by_nothing() -> None:
     documented = {doc.sent.builder for doc in sql_docs.catalog().documents}
     assert set(sql_docs.NOT_SENT) <= builders
     assert builders - documented == set(sql_docs.NOT_SENT), (
-        "a builder of hermes_state/statements/ is in no operation of hermes_state/sql_docs/"
+        "a builder of hermes_state/statements/ is in no operation of sql_docs/operations.py"
     )
 
 
