@@ -57,7 +57,7 @@ def _sent(
 def _move(
     caps: Capabilities, transition: S.Transition, builder: str, call: str, note: str
 ) -> list[Sent]:
-    """A transition's statements as :func:`hermes_state.plans._move` sends them: the one
+    """A transition's statements as :func:`hermes_state.plans.transitions._move` sends them: the one
     statement on PostgreSQL, else the event, then the move."""
     parts = ("single",) if caps.single_statement else ("record", "apply")
     return [Sent(builder, f"{call}.{part}", getattr(transition, part), note) for part in parts]
@@ -70,8 +70,8 @@ def _transition(
     return _move(caps, transition, builder.__name__, _call(builder, args, kw), note)
 
 
-#: The lineage walk (:func:`hermes_state.plans._conversation`): the session's parent, then its
-#: parent's, while the parent ended by compression.
+#: The lineage walk (:func:`hermes_state.plans.turn_leases._conversation`): the session's
+#: parent, then its parent's, while the parent ended by compression.
 _PER_WALK = "once, and once more per step up the session's compression lineage"
 
 
@@ -136,7 +136,7 @@ def _take_turn(caps: Capabilities, note: str) -> list[Sent]:
 
 
 def _claim_given_steps(caps: Capabilities, turns: bool) -> list[Sent]:
-    """:func:`hermes_state.plans._claim_given` where it is not one statement."""
+    """:func:`hermes_state.plans.claims._claim_given` where it is not one statement."""
     sent = [_sent(S.pending_row_locked, note="once per session given")]
     if turns:
         sent.append(_sent(S.lineage_parent, note="for each row locked: " + _PER_WALK))
