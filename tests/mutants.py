@@ -64,7 +64,7 @@ MUTANTS = [
     Mutant(
         "claim-cas",
         "a claim is a compare-and-swap from pending: a running row cannot be claimed again",
-        "hermes_state/statements.py",
+        "hermes_state/statements/transitions.py",
         "        _one_session(state_is(HandoffState.PENDING)),\n        _claimed_values(),",
         "        _one_session(_state_in([HandoffState.PENDING, HandoffState.RUNNING])),\n"
         "        _claimed_values(),",
@@ -73,7 +73,7 @@ MUTANTS = [
     Mutant(
         "only-states",
         "fail_handoff(only_states=...) fails a row only from the states named",
-        "hermes_state/plans.py",
+        "hermes_state/plans/book.py",
         "from_states = require_only_states(only_states)",
         "from_states = require_only_states(None)",
         ("tests/test_transitions.py",),
@@ -81,7 +81,7 @@ MUTANTS = [
     Mutant(
         "fence-complete",
         "completion is fenced on the owner and the attempt this store claimed",
-        "hermes_state/plans.py",
+        "hermes_state/plans/book.py",
         "transition = statements.complete_handoff(fence)",
         "transition = statements.complete_handoff(statements.Fence.NONE)",
         ("tests/test_ownership.py",),
@@ -89,7 +89,7 @@ MUTANTS = [
     Mutant(
         "fence-fail",
         "failing a running row is fenced on the owner and the attempt this store claimed",
-        "hermes_state/plans.py",
+        "hermes_state/plans/book.py",
         "transition = statements.fail_handoff(from_states, fence)",
         "transition = statements.fail_handoff(from_states, statements.Fence.NONE)",
         ("tests/test_ownership.py",),
@@ -97,7 +97,7 @@ MUTANTS = [
     Mutant(
         "fence-attempt",
         "a store's earlier life (same owner) cannot finish the attempt its next life claimed",
-        "hermes_state/statements.py",
+        "hermes_state/statements/transitions.py",
         '        condition = and_(condition, _c.handoff_attempt == bindparam("attempt"))\n',
         "        pass\n",
         ("tests/test_ownership.py",),
@@ -105,7 +105,7 @@ MUTANTS = [
     Mutant(
         "batch-fence",
         "a batch completion finishes each row only under the attempt this store claimed",
-        "hermes_state/statements.py",
+        "hermes_state/statements/claims.py",
         '    return and_(condition, _c.handoff_owner == bindparam("owner"), same_attempt)',
         '    return and_(condition, _c.handoff_owner == bindparam("owner"))',
         ("tests/test_sqlite_batches.py", "tests/test_batch_claims.py"),
@@ -113,7 +113,7 @@ MUTANTS = [
     Mutant(
         "lease-renewal",
         "renew_handoff_leases extends the leases this owner still holds",
-        "hermes_state/plans.py",
+        "hermes_state/plans/book.py",
         "if ownership is None or ownership.lease_seconds is None or not ids:",
         "if True:",
         ("tests/test_ownership.py",),
@@ -121,7 +121,7 @@ MUTANTS = [
     Mutant(
         "reclaim-scope",
         "a stale or expired reclaim leaves live leases of other gateways alone",
-        "hermes_state/statements.py",
+        "hermes_state/statements/transitions.py",
         "    if scope is ReclaimScope.ALL:\n        return running",
         "    if True:\n        return running",
         ("tests/test_ownership.py",),
@@ -153,7 +153,7 @@ MUTANTS = [
     Mutant(
         "batch-claim-turns",
         "a batch claim takes a row only together with its conversation's turn lease",
-        "hermes_state/plans.py",
+        "hermes_state/plans/claims.py",
         "            (winners if taken else held).append(session_id)",
         "            winners.append(session_id)",
         ("tests/test_delivery_batches.py",),
@@ -169,7 +169,7 @@ MUTANTS = [
     Mutant(
         "reclaim-expired",
         "an expired-lease reclaim leaves rows without a lease alone",
-        "hermes_state/statements.py",
+        "hermes_state/statements/transitions.py",
         '        return and_(running, lease < bindparam("now"))',
         '        return and_(running, or_(lease.is_(None), lease < bindparam("now")))',
         ("tests/test_ownership.py",),

@@ -67,7 +67,8 @@ def _cycle_from(graph: dict[str, set[str]], start: str) -> list[str] | None:
 def test_the_graph_sees_the_imports_it_must() -> None:
     graph = _graph()
     assert "hermes_state.plans" in graph["hermes_state.store"]
-    assert "hermes_state.statements" in graph["hermes_state.plans"]  # `from . import statements`
+    assert "hermes_state.statements" in graph["hermes_state.plans.book"]  # `from .. import`
+    assert "hermes_state.plans.book" in graph["hermes_state.plans"]  # an __init__ and its modules
     assert "hermes_state.drift" in graph["hermes_state.cli.db"]
     assert "hermes_state.cli.common" in graph["hermes_state.cli.handoff"]
 

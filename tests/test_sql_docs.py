@@ -12,8 +12,10 @@ PostgreSQL computes the same holders Python does.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -127,18 +129,23 @@ def test_the_index_links_every_file_and_only_files_that_exist() -> None:
 
 
 def test_every_builder_is_documented_or_said_to_be_sent_by_nothing() -> None:
+    modules = [
+        importlib.import_module(f"{statements.__name__}.{found.name}")
+        for found in pkgutil.iter_modules(statements.__path__)
+    ]
     builders = {
         name
-        for name, value in vars(statements).items()
-        # The builders are the module's own functions, cached (functools.cache).
+        for module in modules
+        for name, value in vars(module).items()
+        # The builders are the package's own functions, cached (functools.cache).
         if inspect.isfunction(getattr(value, "__wrapped__", None))
-        and value.__module__ == statements.__name__
+        and value.__module__ == module.__name__
         and not name.startswith("_")
     }
     documented = {doc.sent.builder for doc in sql_docs.catalog().documents}
     assert set(sql_docs.NOT_SENT) <= builders
     assert builders - documented == set(sql_docs.NOT_SENT), (
-        "a builder of hermes_state/statements.py is in no operation of hermes_state/sql_docs.py"
+        "a builder of hermes_state/statements/ is in no operation of sql_docs/operations.py"
     )
 
 

@@ -1,0 +1,133 @@
+"""Sessions and their transcript: creating a session, appending messages, reading transcripts."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sqlalchemy import (
+    Insert,
+    Integer,
+    Select,
+    Update,
+    any_,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    select,
+)
+
+from ..models import messages, sessions
+from .core import MESSAGE_FIELDS, SESSION_FIELDS, _c, _pg_array
+
+
+@functools.cache
+def insert_session(dialect_name: str) -> Insert:
+    """Insert a session, leaving an existing row with the same id untouched."""
+    # Each dialect's insert construct is imported only when that dialect is used.
+    values: dict[str, Any] = {name: bindparam(name) for name in ("id", "source", *SESSION_FIELDS)}
+    if dialect_name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(sessions).values(values).on_conflict_do_nothing(index_elements=["id"])
+    if dialect_name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        stmt = postgresql.insert(sessions).values(values)
+        return stmt.on_conflict_do_nothing(index_elements=["id"])
+    if dialect_name in ("mysql", "mariadb"):
+        # Not ON DUPLICATE KEY UPDATE: that would also swallow a clash on another unique key
+        # (upstream's idx_sessions_title_unique), silently creating nothing. Only an existing
+        # id is skipped; a duplicate title fails with 1062 (translated in errors.py).
+        names = ("id", "source", *SESSION_FIELDS)
+        row = select(*(bindparam(name, type_=_c[name].type) for name in names)).where(
+            ~exists().where(_c.id == bindparam("id"))
+        )
+        return sessions.insert().from_select(names, row)
+    raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
+
+
+@functools.cache
+def append_message(returning: bool) -> Insert:
+    """Append a live transcript entry with every message field (NULL when not given), inserting
+    nothing when the session does not exist."""
+    m = messages.c
+    # Typed parameters: in a SELECT list nothing else tells the driver (asyncpg asks) their types.
+    fields = [bindparam(name, type_=m[name].type) for name in MESSAGE_FIELDS]
+    row = select(
+        bindparam("session_id", type_=m.session_id.type),
+        bindparam("role", type_=m.role.type),
+        bindparam("content", type_=m.content.type),
+        bindparam("now", type_=m.timestamp.type),
+        *fields,
+        literal_column("1"),
+    ).where(exists().where(_c.id == bindparam("session_id")))
+    names = ["session_id", "role", "content", "timestamp", *MESSAGE_FIELDS, "active"]
+    stmt = messages.insert().from_select(names, row)
+    return stmt.returning(m.id) if returning else stmt
+
+
+@functools.cache
+def count_appended_message() -> Update:
+    """Upstream's counters after one append, in the append's transaction: one more message and
+    ``:tool_calls_added`` more tool calls (a NULL counter stays NULL, as upstream leaves it)."""
+    return (
+        sessions.update()
+        .where(_c.id == bindparam("session_id"))
+        .values(
+            message_count=_c.message_count + 1,
+            tool_call_count=_c.tool_call_count + bindparam("tool_calls_added", type_=Integer()),
+        )
+    )
+
+
+@functools.cache
+def append_message_counted() -> Select[tuple[int]]:
+    """PostgreSQL, one statement: the append and its counters (see :func:`append_message` and
+    :func:`count_appended_message`); returns the new id, no row for an unknown session."""
+    inserted = append_message(True).cte("inserted")
+    counted = count_appended_message().where(exists(select(inserted.c.id))).cte("counted")
+    return select(inserted.c.id).add_cte(counted)
+
+
+@functools.cache
+def get_messages() -> Select[Any]:
+    """The live transcript (rewound turns, ``active = 0``, left out), oldest first, with every
+    column the table has: ``*`` also reads the columns of an adopted file the models do not
+    know, with no reflection and one compiled statement."""
+    m = messages.c
+    return (
+        select(literal_column("*"))
+        .select_from(messages)
+        .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
+        .order_by(m.id)
+    )
+
+
+@functools.cache
+def count_messages() -> Select[Any]:
+    """How many messages :func:`get_messages` returns for ``:session_id``, counted in the
+    database (the index on ``session_id, id`` covers the lookup)."""
+    m = messages.c
+    return (
+        select(func.count().label("count"))
+        .select_from(messages)
+        .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
+    )
+
+
+@functools.cache
+def get_transcripts(array: bool) -> Select[Any]:
+    """The live transcripts of many sessions at once, as :func:`get_messages` reads one: every
+    column (``session_id`` among them), in session then message order. The sessions are
+    ``:ids``, a PostgreSQL array where ``array``, else an expanding list."""
+    m = messages.c
+    ids = any_(_pg_array("ids")) if array else None
+    wanted = m.session_id == ids if array else m.session_id.in_(bindparam("ids", expanding=True))
+    return (
+        select(literal_column("*"))
+        .select_from(messages)
+        .where(wanted, m.active == literal_column("1"))
+        .order_by(m.session_id, m.id)
+    )
