@@ -20,7 +20,7 @@ T = TypeVar("T")
 # hermes_state/operations.py: the asyncio Protocol (AsyncStore) and the methods SessionDB,
 # NativeAsyncSessionDB and AbsentStore inherit, each running the PlanBook plan of the same name
 # (AsyncSessionDB forwards any method to a thread). Only the operations in HAND_WRITTEN are
-# written by each store. tests/test_surface.py holds every store to the declaration.
+# written by each store. tests/package/test_surface.py holds every store to the declaration.
 
 #: Operations each store writes itself: the life cycle, the raw write, the turn lease taken
 #: with patience (sleeping differs between sync and asyncio) and the change token (the

@@ -1,1 +1,2 @@
-"""The project's own tests (a package, so helpers such as ``tests.digest`` can be imported)."""
+"""The project's own tests, grouped in folders by what they exercise (see docs/testing.md);
+a package, so helpers such as ``tests.support.digest`` can be imported."""

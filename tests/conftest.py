@@ -27,8 +27,8 @@ from hermes_state import SessionDB, schema
 from hermes_state import engine as store_engines
 from hermes_state.cli import main
 from hermes_state.engine import resolve_url, with_driver
-from tests.digest import cached_engine, forget
-from tests.stores import STORE_KINDS, LoopThread, open_kind
+from tests.support.digest import cached_engine, forget
+from tests.support.stores import STORE_KINDS, LoopThread, open_kind
 
 SERVER_ENVS = {
     "postgresql": "HERMES_STATE_TEST_PG_URL",
@@ -121,7 +121,7 @@ def require_server(backend: str) -> URL:
 @contextlib.contextmanager
 def throwaway_database(backend: str, *, template: str | None = None) -> Iterator[URL]:
     """A new, empty database on the configured server, dropped afterwards (after closing the
-    connections ``tests.digest`` keeps to it). On PostgreSQL, ``template`` names a database
+    connections ``tests.support.digest`` keeps to it). On PostgreSQL, ``template`` names a database
     to copy instead (``CREATE DATABASE ... TEMPLATE``)."""
     server = require_server(backend)
     name = f"hs_test_{uuid.uuid4().hex[:12]}"
@@ -146,9 +146,9 @@ class _MigratedTemplates:
     head: an SQLite file is copied as a file; PostgreSQL copies with ``CREATE DATABASE ...
     TEMPLATE`` (nothing ever stays connected to the template, or the copy is refused);
     MariaDB/MySQL, which has no templates, replays its tables' own ``SHOW CREATE TABLE`` and
-    copies the bookkeeping rows (revision, adoption records). ``tests/test_migrations.py``
-    checks that a copy is what a migration makes. The tests of the migrations themselves
-    still migrate empty databases."""
+    copies the bookkeeping rows (revision, adoption records).
+    ``tests/migrations/test_migrations.py`` checks that a copy is what a migration makes. The
+    tests of the migrations themselves still migrate empty databases."""
 
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
@@ -288,7 +288,7 @@ def migrated_servers() -> Iterator[dict[str, URL]]:
 
 def empty_tables(database: URL | Engine) -> None:
     """Delete every row a store writes (the schema and its bookkeeping stay). ``database`` is
-    a URL (its engine is the one ``tests.digest`` keeps for it, reused from test to test and
+    a URL (its engine is the one ``tests.support.digest`` keeps for it, reused from test to test and
     closed before the database is dropped), or an engine on it."""
     engine = database if isinstance(database, Engine) else cached_engine(database)
     with engine.begin() as connection:
@@ -339,8 +339,9 @@ def new_store(backend_url: URL) -> Iterator[Callable[..., SessionDB]]:
 def new_any_store(
     request: pytest.FixtureRequest, backend_url: URL
 ) -> Iterator[Callable[..., SessionDB]]:
-    """Like ``new_store``, once per kind of store (``tests.stores.STORE_KINDS``): SessionDB, the
-    native asyncio store and AsyncSessionDB, the asyncio ones called through ``Blocking``."""
+    """Like ``new_store``, once per kind of store (``tests.support.stores.STORE_KINDS``):
+    SessionDB, the native asyncio store and AsyncSessionDB, the asyncio ones called through
+    ``Blocking``."""
     loop = LoopThread()
     opened: list[SessionDB] = []
 

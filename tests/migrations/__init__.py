@@ -1,0 +1,3 @@
+"""The Alembic migrations, adoption of pre-Alembic files, downgrades, and promotion to a
+server.
+"""

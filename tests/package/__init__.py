@@ -1,0 +1,3 @@
+"""The package itself: its layout, imports, packaging, declared surface, generated files and
+documentation.
+"""

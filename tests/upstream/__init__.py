@@ -1,0 +1,3 @@
+"""Compatibility with upstream hermes-agent: its files of every schema, its transcript, its own
+code.
+"""
