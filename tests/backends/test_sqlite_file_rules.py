@@ -36,7 +36,7 @@ from hermes_state.engine import (
     make_engine,
     secure_sqlite_files,
 )
-from tests.support.processes import console
+from tests.support.processes import in_process
 from tests.support.stores import make_pending
 from tests.support.vintages import REAL_SCHEMA30
 
@@ -104,8 +104,8 @@ def upstream_copy(path: Path, *, journal: str | None = None, mode: int = 0o644) 
 
 
 def hermes(path: Path, *argv: str) -> str:
-    """The installed ``hermes-state`` console script on ``path``; its output, once it succeeded."""
-    done = console("--url", str(path), *argv)
+    """``hermes-state --url PATH ARGV...`` through ``main()``; its output, once it succeeded."""
+    done = in_process("--url", str(path), *argv)
     assert done.returncode == 0, (argv, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
     return done.stdout

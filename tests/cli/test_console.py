@@ -1,9 +1,12 @@
-"""The operator's command line through the installed ``hermes-state`` console script.
-
-Each test runs the real script in its own process: global options in either place,
+"""The operator's command line as a user types it: global options in either place,
 ``--version``, shell completion, one result document per command, yes/no switches, bounded
 numbers, friendly URLs and errors, following a handoff (Ctrl-C included, as a real SIGINT),
 looking at sessions, and ``--dry-run`` on everything that writes.
+
+``run`` goes through ``hermes_state.cli.main`` in this process (the console script calls the
+same function); ``run_console`` and ``Waiter`` start the installed ``hermes-state`` script, for
+what only a process shows: each command family's exit status and streams once, ``--version``,
+completion, closed pipes, a terminal and SIGINT.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from hermes_state.engine import ENV_URL, resolve_url
 from hermes_state.models import sessions as sessions_table
 from tests.conftest import require_server, throwaway_database, url_arg
 from tests.support.digest import database_digest
-from tests.support.processes import CONSOLE, DEADLINE, console, wait_until
+from tests.support.processes import CONSOLE, DEADLINE, console, in_process, wait_until
 from tests.support.stores import put
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -52,6 +55,14 @@ def digest(path: Path) -> str:
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``hermes-state ARGV...`` through ``main()`` in this process."""
+    result = in_process(*argv, env=env)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def run_console(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``hermes-state ARGV...`` through the installed console script, in a process of its own."""
     result = console(*argv, env=None if env is None else {**os.environ, **env})
     assert "Traceback" not in result.stderr, result.stderr
     return result
@@ -77,17 +88,17 @@ def leaf_commands() -> list[tuple[str, ...]]:
 
 
 def test_global_options_work_after_the_command(path: Path) -> None:
-    upgraded = run("db", "upgrade", "--url", str(path), "-v")
+    upgraded = run_console("db", "upgrade", "--url", str(path), "-v")
     assert upgraded.returncode == 0, upgraded.stderr
-    created = run("session", "create", "s1", "--url", str(path), "--json", "-v")
+    created = run_console("session", "create", "s1", "--url", str(path), "--json", "-v")
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout) == {"id": "s1", "created": True}
-    again = run("db", "upgrade", "--url", str(path))
+    again = run_console("db", "upgrade", "--url", str(path))
     assert again.returncode == 0, again.stderr
     assert "already at" in again.stdout
     # ...and before it, and on the command group in between.
-    assert run("--url", str(path), "--json", "handoff", "show", "s1").returncode == 0
-    shown = run("handoff", "--url", str(path), "show", "s1", "--json")
+    assert run_console("--url", str(path), "--json", "handoff", "show", "s1").returncode == 0
+    shown = run_console("handoff", "--url", str(path), "show", "s1", "--json")
     assert json.loads(shown.stdout)["state"] is None
 
 
@@ -99,7 +110,7 @@ def test_the_option_after_the_command_wins(path: Path, tmp_path: Path) -> None:
 
 
 def test_version() -> None:
-    result = run("--version")
+    result = run_console("--version")
     assert result.returncode == 0
     assert result.stdout.startswith("hermes-state ")
     assert result.stdout.split()[1][0].isdigit()
@@ -155,7 +166,7 @@ def test_every_command_has_json() -> None:
     for where in commands:
         assert "--json" in command_help(where), where
     # What the console script prints is what the parsers say.
-    assert "--json" in run("handoff", "wait", "--help").stdout
+    assert "--json" in run_console("handoff", "wait", "--help").stdout
 
 
 def test_every_command_prints_one_json_document(path: Path, db: SessionDB, tmp_path: Path) -> None:
@@ -196,13 +207,13 @@ def test_every_command_prints_one_json_document(path: Path, db: SessionDB, tmp_p
 
 def test_an_error_is_a_json_document_too(tmp_path: Path) -> None:
     missing = tmp_path / "missing.db"
-    result = run("handoff", "list", "--url", str(missing), "--json")
+    result = run_console("handoff", "list", "--url", str(missing), "--json")
     assert result.returncode == 1
     document = json.loads(result.stdout)
     assert document["exit_code"] == 1
     assert document["error"].startswith(f"there is no database at {missing}")
     assert result.stderr == f"hermes-state: {document['error']}\n"
-    bad = run("handoff", "list", "--json", env={"HERMES_STATE_VERBOSE": "maybe"})
+    bad = run_console("handoff", "list", "--json", env={"HERMES_STATE_VERBOSE": "maybe"})
     assert bad.returncode == 2
     assert json.loads(bad.stdout)["exit_code"] == 2
 
@@ -724,7 +735,7 @@ def test_session_messages(path: Path, db: SessionDB) -> None:
 
 def test_session_reads_create_no_database(path: Path) -> None:
     for argv in (("list",), ("show", "s1"), ("messages", "s1")):
-        result = run("session", *argv, "--url", str(path))
+        result = run_console("session", *argv, "--url", str(path))
         assert result.returncode == 1
         assert "db upgrade" in result.stderr
     assert not path.exists()
@@ -792,7 +803,7 @@ def test_every_writing_command_has_dry_run() -> None:
         assert "--dry-run" in command_help(where), where
     for where in NO_DRY_RUN:
         assert "--dry-run" not in command_help(where), where
-    # What the console script prints is what the parsers say, for a writer and a non-writer.
+    # What main() prints is what the parsers say, for a writer and a non-writer.
     assert "--dry-run" in run("handoff", "prune-events", "--help").stdout
     assert "--dry-run" not in run("watch", "--help").stdout
 

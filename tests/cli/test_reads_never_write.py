@@ -1,6 +1,7 @@
-"""Through the real console script: read commands show upstream files that are not adopted
-yet as they are and leave every byte alone; damage is named (exit 2) and refused before any
-write; transcripts show what the agent's tools did."""
+"""Read commands show upstream files that are not adopted yet as they are and leave every byte
+alone; damage is named (exit 2) and refused before any write; transcripts show what the agent's
+tools did. Commands run through ``main()`` in this process; damage named with exit 2 is also
+checked through the real console script."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import console
+from tests.support.processes import console, in_process
 from tests.support.vintages import REAL_SCHEMA11, REAL_SCHEMA30
 
 #: A session of the schema-30 file with a tool call and its result, and one with a pending
@@ -65,7 +66,7 @@ def test_read_commands_show_a_file_not_adopted_yet_and_change_no_byte(
     path = _copy(fixture, tmp_path / "home")
     digest = _digest(path)
     for argv in READS:
-        done = console("--url", str(path), *argv, "--json")
+        done = in_process("--url", str(path), *argv, "--json")
         about_one = argv[1] in ("show", "messages", "history")
         if about_one and argv[-1] not in _sessions_of(path):
             assert done.returncode == 1, (argv, done.stderr)
@@ -76,16 +77,16 @@ def test_read_commands_show_a_file_not_adopted_yet_and_change_no_byte(
         assert _digest(path) == digest, f"{argv} wrote to the file"
         assert sorted(p.name for p in path.parent.iterdir()) == ["state.db"], argv
 
-    listed = json.loads(console("--url", str(path), "session", "list", "--json").stdout)
+    listed = json.loads(in_process("--url", str(path), "session", "list", "--json").stdout)
     assert {row["id"] for row in listed} <= _sessions_of(path)
-    current = json.loads(console("--url", str(path), "db", "current", "--json").stdout)
+    current = json.loads(in_process("--url", str(path), "db", "current", "--json").stdout)
     assert current["adopted"] is False
     with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as connection:
         assert (
             current["upstream_schema"]
             == connection.execute("SELECT version FROM schema_version").fetchone()[0]
         )
-    text = console("--url", str(path), "db", "current")
+    text = in_process("--url", str(path), "db", "current")
     assert text.stdout.startswith(f"not adopted (upstream schema {current['upstream_schema']})")
     assert f"hermes-state db upgrade --url {path}" in text.stderr
 
@@ -93,19 +94,19 @@ def test_read_commands_show_a_file_not_adopted_yet_and_change_no_byte(
 def test_the_pending_handoff_of_an_upstream_file_is_listed_as_it_is(tmp_path: Path) -> None:
     path = _copy(REAL_SCHEMA30, tmp_path / "home")
     shown = json.loads(
-        console("--url", str(path), "handoff", "show", PENDING_SESSION, "--json").stdout
+        in_process("--url", str(path), "handoff", "show", PENDING_SESSION, "--json").stdout
     )
     assert shown["state"] == "pending"
     assert shown["platform"] == "telegram"
     assert shown["attempt"] == 0  # the column adoption would add, at its default
-    pending = console("--url", str(path), "handoff", "list", "--state", "pending", "--json")
+    pending = in_process("--url", str(path), "handoff", "list", "--state", "pending", "--json")
     assert [row["id"] for row in json.loads(pending.stdout)] == [PENDING_SESSION]
 
 
 def test_a_write_command_on_a_file_not_adopted_yet_names_the_upgrade(tmp_path: Path) -> None:
     path = _copy(REAL_SCHEMA30, tmp_path / "home")
     digest = _digest(path)
-    done = console("--url", str(path), "handoff", "request", TOOL_SESSION, "telegram")
+    done = in_process("--url", str(path), "handoff", "request", TOOL_SESSION, "telegram")
     assert done.returncode == 1
     assert "not adopted yet" in done.stderr
     assert f"run `hermes-state db upgrade --url {path}` and try again" in done.stderr
@@ -117,7 +118,7 @@ def test_a_read_leaves_frames_a_crashed_writer_left_in_the_wal_where_they_are(
 ) -> None:
     """A -wal holding frames (its writer died) is read, not checkpointed into the file."""
     live = _copy(REAL_SCHEMA30, tmp_path / "live")
-    assert console("--url", str(live), "db", "upgrade").returncode == 0
+    assert in_process("--url", str(live), "db", "upgrade").returncode == 0
     writer = sqlite3.connect(live)
     writer.execute("PRAGMA wal_autocheckpoint = 0")
     writer.execute("INSERT INTO sessions (id, source, started_at) VALUES ('in-wal', 'cli', 1)")
@@ -130,7 +131,7 @@ def test_a_read_leaves_frames_a_crashed_writer_left_in_the_wal_where_they_are(
     path = crashed / "state.db"
     digest, wal = _digest(path), (crashed / "state.db-wal").read_bytes()
 
-    shown = console("--url", str(path), "session", "show", "in-wal", "--json")
+    shown = in_process("--url", str(path), "session", "show", "in-wal", "--json")
 
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["session"]["id"] == "in-wal"
@@ -162,11 +163,11 @@ WRITES = [
 
 def test_a_damaged_file_at_head_is_refused_before_any_write(tmp_path: Path) -> None:
     path = _copy(REAL_SCHEMA30, tmp_path / "home")
-    assert console("--url", str(path), "db", "upgrade").returncode == 0
+    assert in_process("--url", str(path), "db", "upgrade").returncode == 0
     _damage(path, 60 * 4096)
     digest = _digest(path)
     for argv in WRITES:
-        done = console("--url", str(path), *argv, timeout=60)
+        done = in_process("--url", str(path), *argv)
         assert done.returncode == 2, (argv, done.stderr)
         assert f"{path} is damaged" in done.stderr, argv
         assert "Traceback" not in done.stderr
@@ -175,7 +176,7 @@ def test_a_damaged_file_at_head_is_refused_before_any_write(tmp_path: Path) -> N
 
 def test_transcripts_show_each_tool_call_and_the_tool_of_each_result(tmp_path: Path) -> None:
     path = _copy(REAL_SCHEMA30, tmp_path / "home")
-    text = console("--url", str(path), "session", "messages", TOOL_SESSION).stdout.splitlines()
+    text = in_process("--url", str(path), "session", "messages", TOOL_SESSION).stdout.splitlines()
     call = text.index(
         '    -> read_file({"path": "tests/test_parser.py", "offset": 1, "limit": 200})'
     )
@@ -184,7 +185,7 @@ def test_transcripts_show_each_tool_call_and_the_tool_of_each_result(tmp_path: P
     assert '    -> write_file({"path": "notes/今日.md", "content": "# 笔记\\n- 完成 ✅"})' in text
 
     document = json.loads(
-        console("--url", str(path), "session", "messages", TOOL_SESSION, "--json").stdout
+        in_process("--url", str(path), "session", "messages", TOOL_SESSION, "--json").stdout
     )
     calls = [message for message in document if message["tool_calls"]]
     assert calls[0]["tool_calls"][0]["function"]["name"] == "read_file"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from tests.cli.test_cli_db import HEAD, REVISIONS
 from tests.conftest import BACKENDS, database_at_head, sqlite_url, throwaway_database, url_arg
 from tests.migrations.test_promotion import execute, hand_made_legacy, populate
 from tests.support.digest import database_digest
-from tests.support.processes import console
+from tests.support.processes import in_process
 from tests.support.vintages import copy_real_schema11
 
 # -- databases to start from -------------------------------------------------------------------
@@ -188,7 +187,8 @@ def test_upgrade_prediction_on_an_empty_file(tmp_path: Path) -> None:
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> Any:
-    result = console(*argv, env=None if env is None else {**os.environ, **env})
+    """``hermes-state ARGV...`` through ``main()`` in this process."""
+    result = in_process(*argv, env=env)
     assert "Traceback" not in result.stderr, result.stderr
     return result
 

@@ -7,6 +7,8 @@
   (``python -m hermes_state.cli``), to build a command line or to run one to its end.
 * ``CONSOLE`` / ``console``: the installed ``hermes-state`` console script itself, run to its
   end with its output captured (``--url`` is not added: the test places every option).
+  ``in_process`` runs the same command line through ``hermes_state.cli.main`` in this process
+  and answers in the same shape, for the tests that need no process of their own.
 * ``Watcher``: a long-running ``hermes-state`` process (``watch``) whose log (stderr) is
   collected line by line as it comes.
 * ``DashboardProcess``: ``hermes-state dashboard`` on a free loopback port, its address read
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -27,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +48,7 @@ __all__ = [
     "eventually",
     "group_is_gone",
     "in_forked_child",
+    "in_process",
     "kill_group",
     "process_is_gone",
     "read_pid",
@@ -123,6 +127,44 @@ def console(
         timeout=timeout,
         check=False,
     )
+
+
+def in_process(
+    *argv: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``console(*argv)`` without a new interpreter: ``hermes_state.cli.main`` run here, with
+    ``env`` added to this process's environment for the call, its exit code and what it printed
+    in the shape ``console`` returns. What only a process has (signals, pipes, a terminal, the
+    exit status the script turns the code into, logging set up for the first time) is what
+    ``console`` is for."""
+    from hermes_state.cli import main
+
+    out, err = _Utf8Stream(), _Utf8Stream()
+    with _environment(env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return subprocess.CompletedProcess([CONSOLE, *argv], code, out.getvalue(), err.getvalue())
+
+
+class _Utf8Stream(io.StringIO):
+    """Collected output that says it is UTF-8, as the console script's streams are here."""
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+
+@contextlib.contextmanager
+def _environment(changes: Mapping[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class Watcher:
