@@ -9,7 +9,6 @@ the winner's, and the audit trail names the winner once per row), not only by co
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from collections import Counter
@@ -26,6 +25,7 @@ from hermes_state.aio import NativeAsyncSessionDB
 from hermes_state.engine import make_engine
 from hermes_state.models import handoff_events
 from hermes_state.plans import MAX_BATCH
+from tests.support.processes import FORKSERVER
 from tests.support.stores import HandClock, handoff_row, make_pending, put
 
 LEASE = 120.0
@@ -181,7 +181,7 @@ def test_gateway_processes_claim_each_row_exactly_once(store: SessionDB, backend
     ids = [f"race-{index:04d}" for index in range(ROWS)]
     make_pending(store, *ids, started_at=0.0)
     owners = [f"gw-{worker}" for worker in range(PROCESSES)]
-    context = multiprocessing.get_context("spawn")
+    context = FORKSERVER
     with context.Manager() as manager, ProcessPoolExecutor(PROCESSES, mp_context=context) as pool:
         start = manager.Barrier(PROCESSES)
         plain_url = backend_url.render_as_string(hide_password=False)

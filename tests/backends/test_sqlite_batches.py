@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import pytest
 from hermes_state import DatabaseBusyError, SessionDB, engine, execution
 from hermes_state.engine import BUSY_TIMEOUT_MS, Patience
 from hermes_state.execution import retry_logger
+from tests.support.processes import FORKSERVER
 from tests.support.stores import handoff_row, make_pending
 from tests.support.wire import sqlite_wire
 
@@ -255,7 +255,7 @@ def test_processes_refused_the_lock_claim_each_row_once_oldest_first(path: Path)
     by_age = list(reversed(ids))
     owners = [f"gw-{worker}" for worker in range(PROCESSES)]
     rival = sqlite3.connect(path, isolation_level=None)
-    context = multiprocessing.get_context("spawn")
+    context = FORKSERVER
     with context.Manager() as manager, ProcessPoolExecutor(PROCESSES, mp_context=context) as pool:
         start = manager.Barrier(PROCESSES + 1)
         refused = [manager.Event() for _ in owners]

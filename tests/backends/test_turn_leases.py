@@ -8,7 +8,6 @@ conversations, fresh and expired, and exactly one wins each.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import queue
 import shutil
 import sqlite3
@@ -25,6 +24,7 @@ from hermes_state import AsyncSessionDB, NativeAsyncSessionDB, SessionDB
 from hermes_state.cli import main
 from hermes_state.errors import InvalidInputError, InvalidInputTypeError
 from tests.support.digest import sync_url
+from tests.support.processes import FORKSERVER
 from tests.support.stores import HandClock
 from tests.support.vintages import REAL_SCHEMA11
 
@@ -177,7 +177,7 @@ def test_processes_race_for_leases_and_exactly_one_wins(
     for round_ in range(1, ROUNDS, 2):
         # Expired long ago: every racer may take it over, only one may end up holding it.
         assert long_ago.try_acquire_session_turn_lease(f"conv-{round_}", "dead", ttl_seconds=1)
-    context = multiprocessing.get_context("spawn")
+    context = FORKSERVER
     start = context.Barrier(PROCESSES)
     results = context.Queue()
     url = backend_url.render_as_string(hide_password=False)

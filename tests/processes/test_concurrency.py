@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import multiprocessing
 import queue
 import random
 import sqlite3
@@ -30,7 +29,7 @@ from hermes_state.engine import with_driver
 from hermes_state.execution import retry_logger
 from hermes_state.models import handoff_events, messages, sessions
 from tests.conftest import empty_tables
-from tests.support.processes import wait_until
+from tests.support.processes import FORKSERVER, wait_until
 from tests.support.stores import handoff_row
 
 ROWS = 400
@@ -103,7 +102,7 @@ def race_processes(
 
     The parent is the barrier's last party, so no claimer starts before the rows exist.
     """
-    context = multiprocessing.get_context("spawn")
+    context = FORKSERVER
     start = context.Barrier(PROCESSES + 1)
     results = context.Queue()
     plain_url = url.render_as_string(hide_password=False)

@@ -22,7 +22,6 @@ The longer soak is opt-in:
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import traceback
@@ -37,6 +36,7 @@ from sqlalchemy.pool import NullPool
 from hermes_state import SessionDB
 from hermes_state.plans import STRANDED_ERROR
 from tests.support.digest import sync_url
+from tests.support.processes import FORKSERVER
 
 PROCESSES = 8
 HOT = tuple(f"hot-{n}" for n in range(6))
@@ -168,7 +168,7 @@ def run_contention(tmp_path: Path, operations: int, seed: int) -> None:
         for number, sid in enumerate(HOT):
             db.create_session(sid, "cli", started_at=float(number))
     url = f"sqlite:///{path}"
-    context = multiprocessing.get_context("spawn")
+    context = FORKSERVER
     start = context.Barrier(PROCESSES + 1)
     outputs = [tmp_path / f"worker-{n}.json" for n in range(PROCESSES)]
     processes = [

@@ -16,6 +16,7 @@
 * ``kill_group`` / ``group_is_gone`` / ``read_pid``: process groups, such as the one each
   delivery command of a watcher leads, and the pid files those commands write.
 * ``in_forked_child``: run a check in a ``fork()``ed copy of this process and hear its verdict.
+* ``FORKSERVER``: the multiprocessing context the racing tests start their processes from.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -41,6 +43,7 @@ __all__ = [
     "CLI",
     "CONSOLE",
     "DEADLINE",
+    "FORKSERVER",
     "DashboardProcess",
     "Watcher",
     "cli_argv",
@@ -59,6 +62,12 @@ __all__ = [
 DEADLINE = 30.0  # seconds; only reached when something is broken
 POLL = 0.01  # seconds between two looks at a check
 CLI = [sys.executable, "-m", "hermes_state.cli"]
+#: Racing processes are forked from a server process that has imported the store and its
+#: drivers once ("forkserver"): each child starts clean (no thread, connection or event loop of
+#: the test's own is inherited, as "fork" would), without paying a new interpreter's imports
+#: (about a second here, as "spawn" would).
+FORKSERVER = multiprocessing.get_context("forkserver")
+FORKSERVER.set_forkserver_preload(["hermes_state", "tests.support.stores", "psycopg", "pymysql"])
 #: The console script pip installed next to this interpreter.
 CONSOLE = str(Path(sys.executable).with_name("hermes-state"))
 
