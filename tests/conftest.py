@@ -58,10 +58,51 @@ _UNGROUPED = pytest.StashKey[str]()
 SOAK_TIMEOUT = 3600
 
 
+#: Modules whose server variants repeat, on PostgreSQL and MariaDB, what their SQLite variant
+#: proves above the statements (command-line rendering, dry-run predictions, previews, input
+#: checks, promotion of each upstream vintage); the statements themselves are proven on every
+#: server by the transition, ownership, audit, round-trip and SQL-docs tests of the default run.
+SERVER_REPEATS = frozenset(
+    {
+        "test_bad_input",
+        "test_cli_db",
+        "test_copy_schema30",
+        "test_dashboard",
+        "test_db_dry_run",
+        "test_downgrade_safety",
+        "test_operator_commands",
+        "test_validation",
+        "test_vintages",
+    }
+)
+SERVERS = frozenset({"postgresql", "mysql"})
+
+
+def in_full_matrix(item: pytest.Item) -> bool:
+    """Whether ``item`` belongs to the full matrix (``pytest -m full``) rather than the default
+    run: a server variant of a module in ``SERVER_REPEATS``, the thread-wrapper store
+    (``AsyncSessionDB``, which runs ``SessionDB``'s own code in a thread) on a server, or a
+    sequential model check on a server (the concurrent one stays)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return False
+    values = {value for value in callspec.params.values() if isinstance(value, str)}
+    if not values & SERVERS:
+        return False
+    module = item.module.__name__.rpartition(".")[2] if isinstance(item, pytest.Function) else ""
+    return (
+        module in SERVER_REPEATS
+        or "threaded" in values
+        or item.originalname == "test_database_never_diverges_from_the_model"
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_itemcollected(item: pytest.Item) -> None:
     if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
         item.add_marker(pytest.mark.timeout(SOAK_TIMEOUT))
+    if in_full_matrix(item):
+        item.add_marker(pytest.mark.full)
 
 
 @pytest.hookimpl(trylast=True)
