@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 
@@ -143,6 +145,11 @@ class SessionDB(StoreSettings, SyncOperations):
         elif self.url.get_backend_name() == "postgresql":
             runner_type = PostgresRunner
         self._runner: Runner = runner_type(engine, self._patience, self.where)
+        #: Held for the whole of every call, as upstream's store holds its own: code written for
+        #: upstream that groups calls under ``with db._lock:`` keeps that exclusion (re-entrant,
+        #: so calls inside such a block still run). It does not make the store single-threaded
+        #: across instances; each instance has its own.
+        self._lock: AbstractContextManager[Any] = threading.RLock()
 
     def __enter__(self) -> SessionDB:
         return self
@@ -174,7 +181,8 @@ class SessionDB(StoreSettings, SyncOperations):
     def _run(self, plan: Plan[T]) -> T:
         if plan.writes and self.read_only:
             raise self._refuse_write()
-        return self._runner.run(plan)
+        with self._lock:
+            return self._runner.run(plan)
 
     def _refuse_write(self) -> ReadOnlyDatabaseError:
         return ReadOnlyDatabaseError(f"this store of {self.where} was opened read-only")
@@ -185,7 +193,8 @@ class SessionDB(StoreSettings, SyncOperations):
         SQL in the driver's paramstyle (``?`` on SQLite)."""
         if self.read_only:
             raise self._refuse_write()
-        return self._runner.run_callable(fn)
+        with self._lock:
+            return self._runner.run_callable(fn)
 
     # -- written here rather than generated (surface.HAND_WRITTEN) ----------------------------
 

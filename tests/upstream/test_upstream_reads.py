@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from hermes_state import InvalidInputError, SessionDB
 from hermes_state.content import decoded_content
 from hermes_state.models import sessions, system_prompts
 from tests.support.digest import cached_engine
+from tests.support.processes import DEADLINE
 from tests.support.vintages import REAL_SCHEMA11, REAL_SCHEMA30
 
 
@@ -238,3 +240,52 @@ def test_hashed_prompt_on_every_backend(
     claimed = db.claim_pending_handoffs(10)
     assert [(r["id"], r["system_prompt"]) for r in claimed] == [("hashed", prompt)]
     assert list(claimed[0]) == [column.name for column in sessions.c]
+
+
+# -- the store's lock, as upstream code uses it ----------------------------------------------
+
+
+def test_every_call_holds_the_stores_lock(store: SessionDB) -> None:
+    """Upstream code swaps in or takes ``db._lock`` around its calls: each call, reads as well
+    as writes, enters whatever lock is there."""
+    store.create_session("locked", "cli")
+    entered: list[str] = []
+
+    class CountingLock:
+        def __enter__(self) -> None:
+            entered.append("in")
+
+        def __exit__(self, *exc_info: object) -> None:
+            entered.append("out")
+
+    store._lock = CountingLock()
+    assert store.request_handoff("locked", "telegram")
+    assert store.get_handoff_state("locked") == {
+        "state": "pending",
+        "platform": "telegram",
+        "error": None,
+    }
+    assert [row["id"] for row in store.list_pending_handoffs()] == ["locked"]
+    assert entered == ["in", "out"] * 3
+
+
+def test_a_thread_holding_the_lock_keeps_other_calls_waiting(store: SessionDB) -> None:
+    """The default lock is a real one: while one thread holds it, another thread's call on the
+    same store does not start; it runs once the lock is let go."""
+    store.create_session("held", "cli")
+    started = threading.Event()
+    finished = threading.Event()
+
+    def read() -> None:
+        started.set()
+        store.get_handoff_state("held")
+        finished.set()
+
+    with store._lock:
+        store.get_session("held")  # re-entrant: the holder's own calls still run
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert started.wait(DEADLINE)
+        assert not finished.wait(0.2)  # held back by the lock, not by the database
+    reader.join(DEADLINE)
+    assert finished.is_set()
