@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from . import notify
+from . import notify, titles
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import InvalidInputError, ReadOnlyDatabaseError, missing_database
 from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
@@ -43,6 +43,11 @@ class StoreSettings:
     stamped, leased, and fenced so a gateway whose claim was rescued cannot overwrite the row.
     ``actor`` is the "who" of the audit trail (default: the owner, else "api").
     """
+
+    #: The longest title ``set_session_title`` keeps, after cleaning (upstream's limit).
+    MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
+    #: ``sanitize_title(title)``: the title as it would be stored (see :mod:`hermes_state.titles`).
+    sanitize_title = staticmethod(titles.sanitize_title)
 
     def __init__(
         self,

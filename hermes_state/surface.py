@@ -17,7 +17,7 @@ __all__ = ["HAND_WRITTEN", "AsyncStore", "Store"]
 T = TypeVar("T")
 
 # Every operation is declared once, here. tools/generate_operations.py writes from this class
-# hermes_state/operations.py: the asyncio Protocol (AsyncStore) and the methods SessionDB,
+# hermes_state/operations/: the asyncio Protocol (AsyncStore) and the methods SessionDB,
 # NativeAsyncSessionDB and AbsentStore inherit, each running the PlanBook plan of the same name
 # (AsyncSessionDB forwards any method to a thread). Only the operations in HAND_WRITTEN are
 # written by each store. tests/package/test_surface.py holds every store to the declaration.
@@ -313,6 +313,36 @@ class Store(Protocol):
 
     def get_session(self, session_id: str) -> Row | None:
         """The session's whole row (every column), or None for an unknown id."""
+        ...
+
+    # -- titles -----------------------------------------------------------------------------
+
+    def set_session_title(self, session_id: str, title: str | None) -> bool:
+        """Give the session a title the user chose (``title_source`` 'user'), cleaned by
+        ``sanitize_title``; an empty title clears it. Titles are unique: one another session
+        holds raises ``InvalidInputError`` (a ``ValueError``) naming it. False for an unknown id.
+        """
+        ...
+
+    def get_session_title(self, session_id: str) -> str | None:
+        """The session's title, or None (untitled, or an unknown id)."""
+        ...
+
+    def get_session_by_title(self, title: str) -> Row | None:
+        """The whole row of the session titled exactly ``title``, or None."""
+        ...
+
+    def resolve_session_by_title(self, title: str) -> str | None:
+        """The id ``title`` names, preferring its newest numbered continuation
+        (``"title #N"``, by ``started_at``) over the exact title; None when neither exists.
+        """
+        ...
+
+    def get_next_title_in_lineage(self, base_title: str) -> str:
+        """The title a continuation of ``base_title`` gets: the base itself (any ``" #N"``
+        suffix removed) while no session holds it, else ``"base #N"`` one above the highest
+        number in use (the unnumbered original counts as #1).
+        """
         ...
 
     def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:

@@ -1,4 +1,4 @@
-"""Generate ``hermes_state/operations.py`` from the one declaration of the store surface.
+"""Generate ``hermes_state/operations/`` from the one declaration of the store surface.
 
 ``hermes_state.surface.Store`` declares every operation once: its name, parameters, return
 type and docstring. From it this script writes
@@ -25,17 +25,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SURFACE = ROOT / "hermes_state" / "surface.py"
-TARGET = ROOT / "hermes_state" / "operations.py"
+PACKAGE = ROOT / "hermes_state" / "operations"
 
-HEADER = '''"""The store's operations as methods, generated from the one declaration of the surface
-(:class:`hermes_state.surface.Store`) by ``python tools/generate_operations.py``: do not edit;
-change the declaration and run that command (a test fails while this file is stale).
+_GENERATED = (
+    "(:class:`hermes_state.surface.Store`) by ``python tools/generate_operations.py``: do not "
+    "edit;\nchange the declaration and run that command (a test fails while this file is stale)."
+)
 
-``SyncOperations`` and ``AsyncOperations`` run each operation's plan (``PlanBook`` builds it)
-through the store's own ``_run``; ``AsyncStore`` is the asyncio Protocol.
-"""
-
-from __future__ import annotations
+_IMPORTS = """from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -44,13 +41,46 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
-    from .execution import WriteConnection
-    from .plans import ClaimBatch, Plan, PlanBook, Row
-
-__all__ = ["AsyncOperations", "AsyncStore", "SyncOperations"]
+    from ..execution import WriteConnection
+    from ..plans import ClaimBatch, Plan, PlanBook, Row
 
 T = TypeVar("T")
+"""
+
+#: The generated modules: file name -> (first docstring line, the class it holds).
+MODULES = {
+    "sync.py": (
+        "``SyncOperations``: the operations as methods of a synchronous store, generated",
+        "SyncOperations",
+    ),
+    "awaited.py": (
+        "``AsyncOperations``: the operations as coroutines of an asyncio store, generated",
+        "AsyncOperations",
+    ),
+    "protocol.py": ("``AsyncStore``: the asyncio store's Protocol, generated", "AsyncStore"),
+}
+
+INIT = '''"""The store's operations, generated from the one declaration of the surface
+(:class:`hermes_state.surface.Store`) by ``python tools/generate_operations.py``: do not edit
+its modules; change the declaration and run that command (a test fails while they are stale).
+
+``SyncOperations`` (``sync``) and ``AsyncOperations`` (``awaited``) run each operation's plan
+(``PlanBook`` builds it) through the store's own ``_run``; ``AsyncStore`` (``protocol``) is the
+asyncio Protocol.
+"""
+
+from .awaited import AsyncOperations
+from .protocol import AsyncStore
+from .sync import SyncOperations
+
+__all__ = ["AsyncOperations", "AsyncStore", "SyncOperations"]
 '''
+
+
+def _module(file_name: str, body: str) -> str:
+    first_line, name = MODULES[file_name]
+    header = f'"""{first_line}\nfrom the one declaration of the surface\n{_GENERATED}\n"""\n\n'
+    return f'{header}{_IMPORTS}\n__all__ = ["{name}"]\n\n\n{body}'
 
 
 def _store_class() -> ast.ClassDef:
@@ -129,7 +159,7 @@ def _hand_written() -> frozenset[str]:
     raise SystemExit(f"{SURFACE}: no HAND_WRITTEN = frozenset({{...}})")
 
 
-def render() -> str:
+def render() -> dict[Path, str]:
     store = _store_class()
     plans = _plan_parameters()
     hand_written = _hand_written()
@@ -193,36 +223,53 @@ def render() -> str:
         "coroutine\n    functions (``NativeAsyncSessionDB``, ``AsyncSessionDB``, "
         '``AbsentStore``); each\n    one\'s docstring is in ``Store``."""\n\n' + "\n".join(protocol)
     )
-    text = "\n\n".join([HEADER, sync_class, async_class, protocol_class])
-    return _formatted(text)
+    return {
+        PACKAGE / "__init__.py": _formatted(INIT, PACKAGE / "__init__.py"),
+        PACKAGE / "sync.py": _formatted(_module("sync.py", sync_class), PACKAGE / "sync.py"),
+        PACKAGE / "awaited.py": _formatted(
+            _module("awaited.py", async_class), PACKAGE / "awaited.py"
+        ),
+        PACKAGE / "protocol.py": _formatted(
+            _module("protocol.py", protocol_class), PACKAGE / "protocol.py"
+        ),
+    }
 
 
-def _formatted(text: str) -> str:
+def _formatted(text: str, target: Path) -> str:
     """The text as ``ruff format`` leaves it (configured in pyproject.toml), so the file passes
     the format check."""
-    ruff = Path(sys.executable).with_name("ruff")
-    done = subprocess.run(
-        [str(ruff), "format", "--quiet", "--stdin-filename", str(TARGET), "-"],
-        input=text,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    return done.stdout
+    ruff = str(Path(sys.executable).with_name("ruff"))
+    # Each module imports what any of them may need; ruff drops what this one does not use.
+    for command in (
+        [ruff, "check", "--fix", "--quiet", "--select", "F401,I", "--exit-zero"],
+        [ruff, "format", "--quiet"],
+    ):
+        text = subprocess.run(
+            [*command, "--stdin-filename", str(target), "-"],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
     args = parser.parse_args(argv)
-    text = render()
+    files = render()
     if args.check:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print(f"{TARGET.relative_to(ROOT)} is stale: run python tools/generate_operations.py")
-            return 1
-        return 0
-    TARGET.write_text(text)
+        stale = [
+            path for path, text in files.items() if not path.exists() or path.read_text() != text
+        ]
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is stale: run python tools/generate_operations.py")
+        return 1 if stale else 0
+    PACKAGE.mkdir(exist_ok=True)
+    for path, text in files.items():
+        path.write_text(text)
     return 0
 
 

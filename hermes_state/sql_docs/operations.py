@@ -256,6 +256,14 @@ def _release_turns(caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _set_title(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.get_title, note="the session must exist"),
+        _sent(S.title_holder, note="when a title is given: no other session may hold it"),
+        _sent(S.set_title),
+    ]
+
+
 def _stats(_caps: Capabilities) -> list[Sent]:
     return [
         _sent(S.count_handoffs_by_state),
@@ -291,6 +299,7 @@ _LEASES = "Claim leases and reclaims"
 _TURNS = "Session turn leases"
 _AUDIT = "Audit trail"
 _READS = "Reads"
+_TITLES = "Titles"
 
 _O = Operation
 #: Every operation, in the order of the index; a variant is an operation called with the
@@ -551,6 +560,29 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     _O(_READS, "has_pending_handoffs", "", "has_pending_handoffs()", _only(S.has_pending_handoffs)),
     _O(_READS, "handoff_stats", "", "handoff_stats()", _stats),
+    _O(_TITLES, "set_session_title", "", "set_session_title(session_id, title)", _set_title),
+    _O(_TITLES, "get_session_title", "", "get_session_title(session_id)", _only(S.get_title)),
+    _O(
+        _TITLES,
+        "get_session_by_title",
+        "",
+        "get_session_by_title(title)",
+        _only(S.session_by_title),
+    ),
+    _O(
+        _TITLES,
+        "resolve_session_by_title",
+        "",
+        "resolve_session_by_title(title)",
+        _only(S.lineage),
+    ),
+    _O(
+        _TITLES,
+        "get_next_title_in_lineage",
+        "",
+        "get_next_title_in_lineage(base_title)",
+        _only(S.lineage),
+    ),
 )
 
 #: Builders of :mod:`hermes_state.statements` no operation sends, and why.

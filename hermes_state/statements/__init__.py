@@ -58,6 +58,7 @@ from .reads import (
     recent_failed_events,
 )
 from .reads import list_sessions as list_sessions
+from .titles import get_title, lineage, session_by_title, set_title, title_holder
 from .transcript import (
     append_message,
     append_message_counted,
@@ -123,12 +124,14 @@ __all__ = [
     "get_handoff_state",
     "get_messages",
     "get_session",
+    "get_title",
     "handoff_events_after",
     "handoff_history",
     "has_pending_handoffs",
     "insert_session",
     "insert_turn_lease",
     "last_handoff_event_id",
+    "lineage",
     "lineage_parent",
     "list_handoffs",
     "notify_handoff_requested",
@@ -145,7 +148,10 @@ __all__ = [
     "renew_leases_json",
     "request_handoff",
     "running_by_owner",
+    "session_by_title",
     "session_columns",
+    "set_title",
     "state_is",
+    "title_holder",
     "turn_lease_holder",
 ]

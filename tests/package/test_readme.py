@@ -107,6 +107,7 @@ FRAGMENTS = (
     "runner.serve()",
     "claim_pending_handoffs(100)",
     'try_acquire_session_turn_lease("s1", "cli:pid=4242"',
+    "get_next_title_in_lineage(",
 )
 
 
@@ -177,6 +178,14 @@ def test_the_watcher_example(tmp_path: Path, isolated_home: Path) -> None:
     finally:
         watcher.kill()
     assert "NameError" not in watcher.log
+
+
+def test_the_titles_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example("get_next_title_in_lineage("), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.get_session_title("t1") == "quarterly report"
+        assert db.get_session_title("t2") == "quarterly report #2"
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

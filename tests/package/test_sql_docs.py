@@ -331,6 +331,11 @@ EXAMPLES: dict[str, Example] = {
         lambda db: db.list_sessions(source="cli", handoff_state="pending", since=0.0, limit=10)
     ),
     "get_session": _now(lambda db: db.get_session("idle")),
+    "set_session_title": _now(lambda db: db.set_session_title("idle", "a title")),
+    "get_session_title": _now(lambda db: db.get_session_title("idle")),
+    "get_session_by_title": _now(lambda db: db.get_session_by_title("a title")),
+    "resolve_session_by_title": _now(lambda db: db.resolve_session_by_title("a title")),
+    "get_next_title_in_lineage": _now(lambda db: db.get_next_title_in_lineage("a title #2")),
     "get_handoff_state": _now(lambda db: db.get_handoff_state("idle")),
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),

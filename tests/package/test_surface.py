@@ -26,6 +26,7 @@ from hermes_state import (
     SessionDB,
 )
 from hermes_state.absent import AbsentStore
+from hermes_state.store import StoreSettings
 from hermes_state.surface import HAND_WRITTEN, AsyncStore, Store
 from tests.support.digest import database_digest
 
@@ -82,12 +83,25 @@ def mismatches(store: object, protocol: type, *, bound: bool = False) -> list[st
     return found
 
 
+#: Pure helpers every store shares from ``StoreSettings`` as static methods (``sanitize_title``):
+#: they touch no database, so they are not operations of the surface.
+STATIC_HELPERS = frozenset(
+    name for name, member in vars(StoreSettings).items() if isinstance(member, staticmethod)
+)
+
+
 def public_methods(cls: type) -> set[str]:
     return {
         name
         for name, member in inspect.getmembers(cls)
         if callable(member) and not isinstance(member, type) and not name.startswith("_")
-    }
+    } - STATIC_HELPERS
+
+
+def test_the_static_helpers_are_the_same_function_on_every_store() -> None:
+    assert {"sanitize_title"} == STATIC_HELPERS
+    for cls in (SessionDB, NativeAsyncSessionDB, AbsentStore):
+        assert cls.sanitize_title("  a\u200b  b ") == "a b"
 
 
 # -- the Protocols ---------------------------------------------------------------------------
@@ -220,6 +234,8 @@ SAMPLES: dict[str, Any] = {
     "turn_holders": {"s-1": "gateway-1", "s-2": "gateway-1"},
     "holder": "gateway-1",
     "older_than_seconds": 60.0,
+    "title": "quarterly report",
+    "base_title": "quarterly report #2",
     "fn": lambda conn: conn.execute("SELECT 1").scalar_one(),
 }
 #: What an empty database does only by writing: the absent store refuses it instead.

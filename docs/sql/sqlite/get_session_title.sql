@@ -1,0 +1,6 @@
+-- statements.get_title(), sent by get_session_title(session_id)
+-- SQLite (pysqlite): the operation's one statement.
+
+SELECT sessions.title
+FROM sessions
+WHERE sessions.id = :session_id;

@@ -1,0 +1,340 @@
+"""``AsyncOperations``: the operations as coroutines of an asyncio store, generated
+from the one declaration of the surface
+(:class:`hermes_state.surface.Store`) by ``python tools/generate_operations.py``: do not edit;
+change the declaration and run that command (a test fails while this file is stale).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from ..plans import ClaimBatch, Plan, PlanBook, Row
+
+T = TypeVar("T")
+
+__all__ = ["AsyncOperations"]
+
+
+class AsyncOperations:
+    """The operations of an asyncio store: each awaits its plan through ``_run``."""
+
+    _plans: PlanBook
+
+    async def _run(self, plan: Plan[T]) -> T:
+        raise NotImplementedError
+
+    async def create_session(self, session_id: str, source: str, **fields: Any) -> str:
+        """Insert a session; an existing row with this id keeps its values. Returns the id."""
+        return await self._run(
+            self._plans.create_session(session_id=session_id, source=source, **fields)
+        )
+
+    async def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
+        """Make sure the session exists (same as ``create_session``, with a default source)."""
+        return await self._run(
+            self._plans.ensure_session(session_id=session_id, source=source, **fields)
+        )
+
+    async def append_message(
+        self, session_id: str, role: str, content: str | None = None, **fields: Any
+    ) -> int:
+        """Append a live message to the session's transcript; returns the message id.
+
+        ``fields`` are upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict
+        or its JSON text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning
+        fields, ``platform_message_id``, ``observed``, ...; see docs/library.md). The session's
+        ``message_count`` and ``tool_call_count`` move in the same transaction.
+        """
+        return await self._run(
+            self._plans.append_message(session_id=session_id, role=role, content=content, **fields)
+        )
+
+    async def get_messages(self, session_id: str) -> list[Row]:
+        """The live transcript (rewound turns left out), oldest first: one dict per message
+        with every column the table has, ``tool_calls`` decoded from JSON.
+        """
+        return await self._run(self._plans.get_messages(session_id=session_id))
+
+    async def count_messages(self, session_id: str) -> int:
+        """How many messages ``get_messages`` would return, counted in the database (0 for an
+        unknown session).
+        """
+        return await self._run(self._plans.count_messages(session_id=session_id))
+
+    async def request_handoff(self, session_id: str, platform: str) -> bool:
+        """NULL/completed/failed -> pending. False when one is in flight or the id is unknown."""
+        return await self._run(
+            self._plans.request_handoff(session_id=session_id, platform=platform)
+        )
+
+    async def retry_handoff(self, session_id: str, platform: str | None = None) -> bool:
+        """failed -> pending again (same platform unless given). False unless it failed."""
+        return await self._run(self._plans.retry_handoff(session_id=session_id, platform=platform))
+
+    async def claim_handoff(self, session_id: str) -> bool:
+        """pending -> running, atomically: of concurrent claimers exactly one gets True."""
+        return await self._run(self._plans.claim_handoff(session_id=session_id))
+
+    async def claim_pending_handoffs(self, limit: int, *, platform: str | None = None) -> list[Row]:
+        """Claim up to ``limit`` pending rows (of ``platform``, when given), oldest
+        ``started_at`` first, in one statement where the backend allows; returns them as
+        claimed (running, owner, lease, attempt). Concurrent callers get disjoint rows.
+        """
+        return await self._run(self._plans.claim_pending_handoffs(limit=limit, platform=platform))
+
+    async def claim_handoffs(
+        self,
+        session_ids: Iterable[str],
+        *,
+        turn_holders: Mapping[str, str] | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim those of ``session_ids`` that are still pending, in one statement where the
+        backend allows (one transaction elsewhere); rows another claimer holds are left to it.
+
+        With ``turn_holders`` (``{session id: holder}``, one for every id) a row is claimed
+        only together with its conversation's turn lease, taken for that holder for
+        ``turn_seconds`` as :meth:`try_acquire_session_turn_lease` takes it; of several rows of
+        one conversation only the oldest is tried, and a row whose turn is held elsewhere stays
+        pending. Returns the rows claimed, as claimed, and the ids left for their turn.
+        """
+        return await self._run(
+            self._plans.claim_handoffs(
+                session_ids=session_ids, turn_holders=turn_holders, turn_seconds=turn_seconds
+            )
+        )
+
+    async def claim_next_handoffs(
+        self,
+        limit: int,
+        *,
+        exclude: Iterable[str] = (),
+        turn_gateway: str | None = None,
+        turn_seconds: float = 300.0,
+    ) -> ClaimBatch:
+        """Claim up to ``limit`` of the oldest pending rows no other claimer holds, leaving
+        out the ids in ``exclude`` (rows the caller still delivers), as :meth:`claim_handoffs`
+        claims given rows (one statement on PostgreSQL). With ``turn_gateway``, each row's turn
+        lease is taken for the holder :func:`~hermes_state.plans.delivery_holder` names for a
+        delivery by that gateway.
+        """
+        return await self._run(
+            self._plans.claim_next_handoffs(
+                limit=limit, exclude=exclude, turn_gateway=turn_gateway, turn_seconds=turn_seconds
+            )
+        )
+
+    async def complete_handoff(self, session_id: str) -> bool:
+        """running -> completed, clearing the error. With an owner, only this store's claim."""
+        return await self._run(self._plans.complete_handoff(session_id=session_id))
+
+    async def fail_handoff(
+        self, session_id: str, error: object, *, only_states: Sequence[str] | None = None
+    ) -> bool:
+        """pending/running -> failed with ``str(error)[:500]``; ``only_states`` narrows the
+        states it may fail from (a waiter passes ``("pending",)`` so a claimed row is never
+        failed under its gateway). With an owner, a running row only under this store's claim.
+        """
+        return await self._run(
+            self._plans.fail_handoff(session_id=session_id, error=error, only_states=only_states)
+        )
+
+    async def complete_handoffs(self, session_ids: Iterable[str]) -> dict[str, bool]:
+        """Complete many running rows at once (one statement on PostgreSQL, one transaction
+        elsewhere), each fenced like :meth:`complete_handoff` on its own claim's attempt.
+        Returns ``{id: completed}``: False for each row refused (not running, not this
+        store's claim).
+        """
+        return await self._run(self._plans.complete_handoffs(session_ids=session_ids))
+
+    async def fail_handoffs(self, errors: Mapping[str, object]) -> dict[str, bool]:
+        """Fail many running rows at once, ``{id: error}``, each error stored as
+        ``str(error)[:500]`` and each row fenced like :meth:`fail_handoff`. Returns
+        ``{id: failed}``.
+        """
+        return await self._run(self._plans.fail_handoffs(errors=errors))
+
+    async def finish_handoffs(
+        self, outcomes: Mapping[str, object], *, release_turns: Mapping[str, str] | None = None
+    ) -> dict[str, bool]:
+        """Finish many running rows at once: ``{id: None}`` completes a row, ``{id: error}``
+        fails it with ``str(error)[:500]``, each fenced like :meth:`complete_handoff`; in the
+        same transaction (one statement on PostgreSQL) give up the turn leases
+        ``release_turns`` names (``{session id: holder}``). Returns ``{id: finished}``.
+        """
+        return await self._run(
+            self._plans.finish_handoffs(outcomes=outcomes, release_turns=release_turns)
+        )
+
+    async def renew_handoff_leases(self, session_ids: Iterable[str]) -> list[str]:
+        """Extend the leases this owner still holds; returns the ids renewed."""
+        return await self._run(self._plans.renew_handoff_leases(session_ids=session_ids))
+
+    async def reclaim_stale_running_handoffs(self, error: object) -> list[str]:
+        """Fail the running rows no live gateway holds, in one transaction; returns their ids.
+
+        Rows without a lease, with an expired lease, or claimed by this store's owner (its
+        previous life died). They are failed, never re-queued: the dead gateway may already
+        have delivered.
+        """
+        return await self._run(self._plans.reclaim_stale_running_handoffs(error=error))
+
+    async def reclaim_expired_handoffs(self, error: object) -> list[str]:
+        """Fail running rows whose lease has expired, whoever holds them; returns their ids."""
+        return await self._run(self._plans.reclaim_expired_handoffs(error=error))
+
+    async def reclaim_running_handoffs(self, error: object) -> list[str]:
+        """Fail every running row, leased or not: for an operator who knows no gateway lives."""
+        return await self._run(self._plans.reclaim_running_handoffs(error=error))
+
+    async def preview_reclaim(self, scope: str = "stale") -> list[Row]:
+        """What a reclaim in ``scope`` ("stale", "expired", "all") would fail, and why."""
+        return await self._run(self._plans.preview_reclaim(scope=scope))
+
+    async def refresh_session_turn_lease(
+        self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
+    ) -> bool:
+        """Extend ``holder``'s lease to ``ttl_seconds`` from now; False when it lost it."""
+        return await self._run(
+            self._plans.refresh_session_turn_lease(
+                session_id=session_id, holder=holder, ttl_seconds=ttl_seconds
+            )
+        )
+
+    async def release_session_turn_lease(self, session_id: str, holder: str) -> None:
+        """Give up ``holder``'s lease; a release by anyone else changes nothing."""
+        return await self._run(
+            self._plans.release_session_turn_lease(session_id=session_id, holder=holder)
+        )
+
+    async def refresh_session_turn_leases(
+        self, turn_holders: Mapping[str, str], *, ttl_seconds: float = 300.0
+    ) -> list[str]:
+        """Extend, in one call, the leases the holders of ``{session id: holder}`` still hold
+        to ``ttl_seconds`` from now; returns the sessions whose lease was kept.
+        """
+        return await self._run(
+            self._plans.refresh_session_turn_leases(
+                turn_holders=turn_holders, ttl_seconds=ttl_seconds
+            )
+        )
+
+    async def release_session_turn_leases(self, turn_holders: Mapping[str, str]) -> None:
+        """Give up, in one call, the leases the holders of ``{session id: holder}`` hold."""
+        return await self._run(self._plans.release_session_turn_leases(turn_holders=turn_holders))
+
+    async def handoff_history(self, session_id: str) -> list[Row]:
+        """Every recorded transition of the session, oldest first."""
+        return await self._run(self._plans.handoff_history(session_id=session_id))
+
+    async def prune_handoff_events(
+        self, older_than_seconds: float, *, dry_run: bool = False
+    ) -> int:
+        """Delete events older than this; returns how many went (would go, with dry_run)."""
+        return await self._run(
+            self._plans.prune_handoff_events(older_than_seconds=older_than_seconds, dry_run=dry_run)
+        )
+
+    async def list_pending_handoffs(self) -> list[Row]:
+        """Pending rows, whole, oldest ``started_at`` first."""
+        return await self._run(self._plans.list_pending_handoffs())
+
+    async def list_handoffs(
+        self,
+        state: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        search: str | None = None,
+    ) -> list[Row]:
+        """Rows in ``state`` (None: every row ever handed off), oldest ``started_at`` first;
+        ``after`` a session id: the page that follows it; ``search``: ids containing it.
+        """
+        return await self._run(
+            self._plans.list_handoffs(state=state, limit=limit, after=after, search=search)
+        )
+
+    async def get_transcripts(self, session_ids: Iterable[str]) -> dict[str, list[Row]]:
+        """:meth:`get_messages` of many sessions in one statement (one read transaction on
+        SQLite): ``{id: transcript}`` for every id given.
+        """
+        return await self._run(self._plans.get_transcripts(session_ids=session_ids))
+
+    async def get_session(self, session_id: str) -> Row | None:
+        """The session's whole row (every column), or None for an unknown id."""
+        return await self._run(self._plans.get_session(session_id=session_id))
+
+    async def set_session_title(self, session_id: str, title: str | None) -> bool:
+        """Give the session a title the user chose (``title_source`` 'user'), cleaned by
+        ``sanitize_title``; an empty title clears it. Titles are unique: one another session
+        holds raises ``InvalidInputError`` (a ``ValueError``) naming it. False for an unknown id.
+        """
+        return await self._run(self._plans.set_session_title(session_id=session_id, title=title))
+
+    async def get_session_title(self, session_id: str) -> str | None:
+        """The session's title, or None (untitled, or an unknown id)."""
+        return await self._run(self._plans.get_session_title(session_id=session_id))
+
+    async def get_session_by_title(self, title: str) -> Row | None:
+        """The whole row of the session titled exactly ``title``, or None."""
+        return await self._run(self._plans.get_session_by_title(title=title))
+
+    async def resolve_session_by_title(self, title: str) -> str | None:
+        """The id ``title`` names, preferring its newest numbered continuation
+        (``"title #N"``, by ``started_at``) over the exact title; None when neither exists.
+        """
+        return await self._run(self._plans.resolve_session_by_title(title=title))
+
+    async def get_next_title_in_lineage(self, base_title: str) -> str:
+        """The title a continuation of ``base_title`` gets: the base itself (any ``" #N"``
+        suffix removed) while no session holds it, else ``"base #N"`` one above the highest
+        number in use (the unnumbered original counts as #1).
+        """
+        return await self._run(self._plans.get_next_title_in_lineage(base_title=base_title))
+
+    async def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
+        """Audit events with an id above ``after``, oldest first: what changed since then, by
+        any process (each transition records one).
+        """
+        return await self._run(self._plans.handoff_events_after(after=after, limit=limit))
+
+    async def recent_handoff_failures(self, *, limit: int = 10) -> list[Row]:
+        """The newest failure events of the audit trail, newest first (``detail``: the error)."""
+        return await self._run(self._plans.recent_handoff_failures(limit=limit))
+
+    async def last_handoff_event_id(self) -> int:
+        """The newest audit event's id (0 when there is none): where a change feed starts."""
+        return await self._run(self._plans.last_handoff_event_id())
+
+    async def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        handoff_state: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        """Whole session rows, newest ``started_at`` first, optionally filtered by source,
+        handoff state and start time (epoch seconds, inclusive), at most ``limit``.
+        """
+        return await self._run(
+            self._plans.list_sessions(
+                source=source, handoff_state=handoff_state, since=since, limit=limit
+            )
+        )
+
+    async def has_pending_handoffs(self) -> bool:
+        """A cheap probe: is any row pending? (Uses the partial index; O(1) in sessions.)"""
+        return await self._run(self._plans.has_pending_handoffs())
+
+    async def get_handoff_state(self, session_id: str) -> Row | None:
+        """``{"state", "platform", "error"}`` of the session, or None for an unknown id."""
+        return await self._run(self._plans.get_handoff_state(session_id=session_id))
+
+    async def handoff_stats(self) -> Row:
+        """Counts per state, oldest pending age, running rows per owner with their leases, and
+        the failures of the last hour with their most common errors.
+        """
+        return await self._run(self._plans.handoff_stats())
