@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -150,11 +150,12 @@ class SessionDB(StoreSettings, SyncOperations):
         elif self.url.get_backend_name() == "postgresql":
             runner_type = PostgresRunner
         self._runner: Runner = runner_type(engine, self._patience, self.where)
-        #: Held for the whole of every call, as upstream's store holds its own: code written for
-        #: upstream that groups calls under ``with db._lock:`` keeps that exclusion (re-entrant,
-        #: so calls inside such a block still run). It does not make the store single-threaded
-        #: across instances; each instance has its own.
-        self._lock: AbstractContextManager[Any] = threading.RLock()
+        #: Entered for the whole of every call, as upstream's store enters its own lock. The
+        #: store needs none (its runner keeps each thread on its own connection and serializes
+        #: what SQLite must), so by default it is a no-op: calls on other threads run side by
+        #: side. Code written for upstream that installs a lock here (``db._lock = lock``) gets
+        #: every call under it; ``with db._lock:`` on the default excludes nothing.
+        self._lock: AbstractContextManager[Any] = contextlib.nullcontext()
 
     def __enter__(self) -> SessionDB:
         return self

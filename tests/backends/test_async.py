@@ -38,11 +38,13 @@ from tests.support.digest import database_snapshot
 
 # -- the surface ---------------------------------------------------------------------------------
 
-#: SessionDB's public methods, and the raw-SQL escape hatch callers use.
+#: SessionDB's public methods, and the raw-SQL escape hatch callers use (not the static
+#: helpers such as ``sanitize_title``, plain functions on every store).
 SURFACE = sorted(
     name
     for name, member in inspect.getmembers(SessionDB, inspect.isfunction)
     if not name.startswith("_") or name == "_execute_write"
+    if not isinstance(inspect.getattr_static(SessionDB, name), staticmethod)
 )
 
 

@@ -269,10 +269,14 @@ def test_every_call_holds_the_stores_lock(store: SessionDB) -> None:
     assert entered == ["in", "out"] * 3
 
 
-def test_a_thread_holding_the_lock_keeps_other_calls_waiting(store: SessionDB) -> None:
-    """The default lock is a real one: while one thread holds it, another thread's call on the
-    same store does not start; it runs once the lock is let go."""
+def test_a_lock_put_in_place_keeps_other_threads_calls_waiting(store: SessionDB) -> None:
+    """By default the lock excludes nothing (calls on other threads run side by side); a real
+    lock put in its place does: while one thread holds it, another thread's call on the same
+    store does not start, and it runs once the lock is let go."""
     store.create_session("held", "cli")
+    with store._lock:
+        assert store.get_session("held") is not None  # the default: no exclusion at all
+    store._lock = threading.RLock()
     started = threading.Event()
     finished = threading.Event()
 
