@@ -117,6 +117,16 @@ class Store(Protocol):
         """
         ...
 
+    def message_count(self, session_id: str | None = None) -> int:
+        """Upstream's count: ``count_messages(session_id)``, or the live messages of every
+        session together when no id is given.
+        """
+        ...
+
+    def session_count(self, source: str | None = None) -> int:
+        """How many sessions there are, or how many have this ``source``."""
+        ...
+
     # -- handoff transitions ----------------------------------------------------------------
 
     def request_handoff(self, session_id: str, platform: str) -> bool:

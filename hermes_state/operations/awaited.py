@@ -63,6 +63,16 @@ class AsyncOperations:
         """
         return await self._run(self._plans.count_messages(session_id=session_id))
 
+    async def message_count(self, session_id: str | None = None) -> int:
+        """Upstream's count: ``count_messages(session_id)``, or the live messages of every
+        session together when no id is given.
+        """
+        return await self._run(self._plans.message_count(session_id=session_id))
+
+    async def session_count(self, source: str | None = None) -> int:
+        """How many sessions there are, or how many have this ``source``."""
+        return await self._run(self._plans.session_count(source=source))
+
     async def request_handoff(self, session_id: str, platform: str) -> bool:
         """NULL/completed/failed -> pending. False when one is in flight or the id is unknown."""
         return await self._run(

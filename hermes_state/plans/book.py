@@ -113,6 +113,17 @@ class PlanBook(TitlePlans):
         params = {"session_id": require_identifier("session_id", session_id)}
         return Plan(_count, statements.count_messages(), params, writes=False)
 
+    def message_count(self, session_id: object) -> Plan[int]:
+        if session_id is None:
+            return Plan(_count, statements.count_all_messages(), {}, writes=False)
+        return self.count_messages(session_id)
+
+    def session_count(self, source: object) -> Plan[int]:
+        if source is None:
+            return Plan(_count, statements.count_sessions(False), {}, writes=False)
+        params = {"source": require_identifier("source", source)}
+        return Plan(_count, statements.count_sessions(True), params, writes=False)
+
     # handoff transitions
 
     def _transition_params(self, session_id: object) -> dict[str, Any]:

@@ -555,6 +555,22 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         _only(S.list_sessions, HandoffState.PENDING, by_source=True, since=True, limited=True),
     ),
     _O(_READS, "get_session", "", "get_session(session_id)", _only(S.get_session)),
+    _O(_READS, "session_count", "", "session_count()", _only(S.count_sessions, False)),
+    _O(
+        _READS,
+        "session_count",
+        "by_source",
+        "session_count(source)",
+        _only(S.count_sessions, True),
+    ),
+    _O(_READS, "message_count", "", "message_count()", _only(S.count_all_messages)),
+    _O(
+        _READS,
+        "message_count",
+        "session",
+        "message_count(session_id)",
+        _only(S.count_messages),
+    ),
     _O(
         _READS, "get_handoff_state", "", "get_handoff_state(session_id)", _only(S.get_handoff_state)
     ),

@@ -57,11 +57,13 @@ from .reads import (
     oldest_pending_requested_at,
     recent_failed_events,
 )
+from .reads import count_sessions as count_sessions
 from .reads import list_sessions as list_sessions
 from .titles import get_title, lineage, session_by_title, set_title, title_holder
 from .transcript import (
     append_message,
     append_message_counted,
+    count_all_messages,
     count_appended_message,
     count_messages,
     get_messages,
@@ -113,10 +115,12 @@ __all__ = [
     "claim_picked",
     "claimed_attempt",
     "complete_handoff",
+    "count_all_messages",
     "count_appended_message",
     "count_failures_since",
     "count_handoffs_by_state",
     "count_messages",
+    "count_sessions",
     "expire_turn_lease",
     "fail_handoff",
     "finish_claims",

@@ -131,3 +131,13 @@ def get_transcripts(array: bool) -> Select[Any]:
         .where(wanted, m.active == literal_column("1"))
         .order_by(m.session_id, m.id)
     )
+
+
+@functools.cache
+def count_all_messages() -> Select[Any]:
+    """How many live messages (rewound turns left out) all sessions hold together."""
+    return (
+        select(func.count().label("count"))
+        .select_from(messages)
+        .where(messages.c.active == literal_column("1"))
+    )

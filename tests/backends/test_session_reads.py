@@ -108,3 +108,22 @@ async def test_the_native_store_reads_the_same(backend_url: URL) -> None:
             assert await native.prune_handoff_events(
                 0.0, dry_run=True
             ) == sync_store.prune_handoff_events(0.0, dry_run=True)
+
+
+def test_upstreams_counts_of_sessions_and_messages(any_store: SessionDB) -> None:
+    assert any_store.session_count() == 0
+    assert any_store.message_count() == 0
+    for session_id, source in (("c1", "cli"), ("t1", "telegram"), ("c2", "cli")):
+        any_store.create_session(session_id, source)
+    any_store.append_message("c1", "user", "one")
+    for text in ("two", "three"):
+        any_store.append_message("t1", "user", text)
+    assert any_store.session_count() == 3
+    assert (any_store.session_count("cli"), any_store.session_count("telegram")) == (2, 1)
+    assert any_store.session_count("discord") == 0
+    assert any_store.message_count() == 3
+    assert (any_store.message_count("c1"), any_store.message_count("t1")) == (1, 2)
+    assert any_store.message_count("c2") == any_store.message_count("ghost") == 0
+    assert any_store.message_count("t1") == any_store.count_messages("t1")
+    with pytest.raises(TypeError):
+        any_store.session_count(7)  # type: ignore[arg-type]

@@ -331,6 +331,10 @@ EXAMPLES: dict[str, Example] = {
         lambda db: db.list_sessions(source="cli", handoff_state="pending", since=0.0, limit=10)
     ),
     "get_session": _now(lambda db: db.get_session("idle")),
+    "session_count": _now(lambda db: db.session_count()),
+    "session_count.by_source": _now(lambda db: db.session_count("cli")),
+    "message_count": _now(lambda db: db.message_count()),
+    "message_count.session": _now(lambda db: db.message_count("idle")),
     "set_session_title": _now(lambda db: db.set_session_title("idle", "a title")),
     "get_session_title": _now(lambda db: db.get_session_title("idle")),
     "get_session_by_title": _now(lambda db: db.get_session_by_title("a title")),
