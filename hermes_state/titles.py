@@ -6,6 +6,8 @@ import re
 from typing import Final
 
 from .errors import InvalidInputError
+from .statements.titles import LIKE_ESCAPE
+from .validation import require_str
 
 __all__ = [
     "MAX_TITLE_LENGTH",
@@ -17,8 +19,6 @@ __all__ = [
 
 #: Upstream's limit on a cleaned title, in characters.
 MAX_TITLE_LENGTH: Final = 100
-#: The escape character of the LIKE patterns below (never one a title is matched against).
-LIKE_ESCAPE: Final = "/"
 
 # C0 controls and DEL, but tab, newline and carriage return: those become spaces below.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -30,16 +30,14 @@ _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _NUMBERED = re.compile(r"^(.*?) #(\d+)$", re.S)
 
 
-def sanitize_title(title: str | None) -> str | None:
+def sanitize_title(title: object) -> str | None:
     """``title`` as it is stored: lone surrogates as U+FFFD, control and invisible characters
     dropped, runs of whitespace as one space, trimmed; None when nothing is left. A title
     longer than :data:`MAX_TITLE_LENGTH` afterwards is refused (``InvalidInputError``, a
-    ``ValueError``)."""
+    ``ValueError``); what is not a ``str`` is ``InvalidInputTypeError`` (a ``TypeError``)."""
     if title is None:
         return None
-    if not isinstance(title, str):
-        raise InvalidInputError(f"a title must be text, not {type(title).__name__}")
-    cleaned = _LONE_SURROGATE.sub("\ufffd", title)
+    cleaned = _LONE_SURROGATE.sub("\ufffd", require_str("title", title))
     cleaned = _INVISIBLE.sub("", _CONTROLS.sub("", cleaned))
     cleaned = " ".join(cleaned.split())
     if not cleaned:

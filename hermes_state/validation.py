@@ -44,14 +44,20 @@ def _check_encodable(name: str, value: str) -> None:
         ) from None
 
 
+def require_str(name: str, value: object) -> str:
+    """``value`` itself when it is a ``str``; anything else is refused as the wrong type."""
+    if not isinstance(value, str):
+        raise InvalidInputTypeError(f"{name} must be a str, not {_type_name(value)}")
+    return value
+
+
 def require_identifier(name: str, value: object, *, max_length: int = ID_LENGTH) -> str:
     """A non-blank ``str`` of printable characters, at most ``max_length`` long.
 
     Quotes, SQL fragments and any non-control Unicode are fine: every value is a bound
     parameter. Control characters are refused because identifiers are printed in terminals.
     """
-    if not isinstance(value, str):
-        raise InvalidInputTypeError(f"{name} must be a str, not {_type_name(value)}")
+    value = require_str(name, value)
     if not value.strip():
         raise InvalidInputError(f"{name} must not be empty or blank")
     if len(value) > max_length:

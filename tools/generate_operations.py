@@ -223,16 +223,9 @@ def render() -> dict[Path, str]:
         "coroutine\n    functions (``NativeAsyncSessionDB``, ``AsyncSessionDB``, "
         '``AbsentStore``); each\n    one\'s docstring is in ``Store``."""\n\n' + "\n".join(protocol)
     )
-    return {
-        PACKAGE / "__init__.py": _formatted(INIT, PACKAGE / "__init__.py"),
-        PACKAGE / "sync.py": _formatted(_module("sync.py", sync_class), PACKAGE / "sync.py"),
-        PACKAGE / "awaited.py": _formatted(
-            _module("awaited.py", async_class), PACKAGE / "awaited.py"
-        ),
-        PACKAGE / "protocol.py": _formatted(
-            _module("protocol.py", protocol_class), PACKAGE / "protocol.py"
-        ),
-    }
+    bodies = {"sync.py": sync_class, "awaited.py": async_class, "protocol.py": protocol_class}
+    texts = {"__init__.py": INIT} | {name: _module(name, body) for name, body in bodies.items()}
+    return {PACKAGE / name: _formatted(text, PACKAGE / name) for name, text in texts.items()}
 
 
 def _formatted(text: str, target: Path) -> str:

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import statements
-from ..errors import InvalidInputError, InvalidInputTypeError
+from ..errors import InvalidInputError
 from ..statements import Capabilities
 from ..titles import lineage_base, lineage_pattern, next_in_lineage, sanitize_title
-from ..validation import require_identifier
+from ..validation import require_identifier, require_str
 from .core import Body, Plan, Row, Step
 from .reads import _first_row
 
@@ -54,17 +54,11 @@ def _next_title(caps: Capabilities, base: str) -> Body[str]:
     return next_in_lineage(base, [str(row["title"]) for row in rows])
 
 
-def _lookup_title(title: object) -> str:
-    if not isinstance(title, str):
-        raise InvalidInputTypeError(f"title must be a str, not {type(title).__name__}")
-    return title
-
-
 class TitlePlans:
     """The title operations of :class:`~hermes_state.plans.PlanBook`."""
 
     def set_session_title(self, session_id: object, title: object) -> Plan[bool]:
-        cleaned = sanitize_title(_lookup_title(title)) if title is not None else None
+        cleaned = sanitize_title(title)
         params = {
             "session_id": require_identifier("session_id", session_id),
             "title": cleaned,
@@ -77,11 +71,11 @@ class TitlePlans:
         return Plan(_title, params, writes=False)
 
     def get_session_by_title(self, title: object) -> Plan[Row | None]:
-        params = {"title": _lookup_title(title)}
+        params = {"title": require_str("title", title)}
         return Plan(_first_row, statements.session_by_title(), params, writes=False)
 
     def resolve_session_by_title(self, title: object) -> Plan[str | None]:
-        return Plan(_resolve_by_title, _lookup_title(title), writes=False)
+        return Plan(_resolve_by_title, require_str("title", title), writes=False)
 
     def get_next_title_in_lineage(self, base_title: object) -> Plan[str]:
-        return Plan(_next_title, lineage_base(_lookup_title(base_title)), writes=False)
+        return Plan(_next_title, lineage_base(require_str("base_title", base_title)), writes=False)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import Select, Update, bindparam, or_, select, update
 
 from ..models import sessions
-from ..titles import LIKE_ESCAPE
 from .core import _c, session_columns
+
+#: The escape character of :func:`lineage`'s LIKE pattern (``titles.lineage_pattern`` writes
+#: the pattern with it).
+LIKE_ESCAPE: Final = "/"
 
 
 @functools.cache
