@@ -25,9 +25,9 @@ from sqlalchemy.engine import URL
 
 from hermes_state import SessionDB, schema
 from hermes_state import engine as store_engines
-from hermes_state.cli import main
 from hermes_state.engine import resolve_url, with_driver
 from tests.support.digest import cached_engine, forget
+from tests.support.processes import in_process
 from tests.support.stores import STORE_KINDS, LoopThread, open_kind
 
 SERVER_ENVS = {
@@ -430,17 +430,13 @@ class CliResult:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+def cli() -> Callable[..., CliResult]:
     """``cli(*argv)`` runs ``hermes-state ARGV...`` through ``hermes_state.cli.main`` in this
-    process: its exit code and only what this command printed. No command may print a
-    traceback, whatever the outcome."""
+    process (``tests.support.processes.in_process``): its exit code and only what this command
+    printed. No command may print a traceback, whatever the outcome."""
 
     def run(*argv: str) -> CliResult:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        assert "Traceback" not in captured.err, captured.err
-        assert "Traceback" not in captured.out, captured.out
-        return CliResult(code, captured.out, captured.err)
+        done = in_process(*argv)
+        return CliResult(done.returncode, done.stdout, done.stderr)
 
     return run

@@ -186,11 +186,8 @@ def test_upgrade_prediction_on_an_empty_file(tmp_path: Path) -> None:
 # -- the command line ----------------------------------------------------------------------------
 
 
-def run(*argv: str, env: dict[str, str] | None = None) -> Any:
-    """``hermes-state ARGV...`` through ``main()`` in this process."""
-    result = in_process(*argv, env=env)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
+#: ``hermes-state ARGV...`` through ``main()`` in this process.
+run = in_process
 
 
 def test_upgrade_dry_run_of_the_default_file_creates_nothing(tmp_path: Path) -> None:

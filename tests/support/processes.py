@@ -111,15 +111,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``hermes-state --url URL ARGV...`` in a new interpreter to its end, its output
     captured; the exit code is the caller's to check."""
-    return subprocess.run(
-        cli_argv(url, *argv),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return _finished(cli_argv(url, *argv), env, timeout)
 
 
 def console(
@@ -127,8 +119,14 @@ def console(
 ) -> subprocess.CompletedProcess[str]:
     """Run the ``hermes-state`` console script with exactly ``argv``, to its end, its output
     captured; the exit code is the caller's to check."""
+    return _finished([CONSOLE, *argv], env, timeout)
+
+
+def _finished(
+    command: list[str], env: Mapping[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [CONSOLE, *argv],
+        command,
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -145,13 +143,16 @@ def in_process(
     ``env`` added to this process's environment for the call, its exit code and what it printed
     in the shape ``console`` returns. What only a process has (signals, pipes, a terminal, the
     exit status the script turns the code into, logging set up for the first time) is what
-    ``console`` is for."""
+    ``console`` is for. No command may print a traceback, whatever the outcome."""
     from hermes_state.cli import main
 
     out, err = _Utf8Stream(), _Utf8Stream()
     with _environment(env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
-    return subprocess.CompletedProcess([CONSOLE, *argv], code, out.getvalue(), err.getvalue())
+    done = subprocess.CompletedProcess([CONSOLE, *argv], code, out.getvalue(), err.getvalue())
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout, done.stdout
+    return done
 
 
 class _Utf8Stream(io.StringIO):
