@@ -6,7 +6,8 @@ import json
 import math
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 from .errors import InvalidInputError, InvalidInputTypeError
 from .models import ERROR_LIMIT, ID_LENGTH, HandoffState
@@ -142,7 +143,35 @@ _FIELD_CHECKS: Final[dict[str, Callable[[object], object]]] = {
     "end_reason": lambda v: require_text("end_reason", v),
     "model_config": _model_config,
     "system_prompt": lambda v: require_text("system_prompt", v),
+    # Upstream's gateway peer: who the session talks to, where.
+    "session_key": lambda v: _optional_identifier("session_key", v),
+    "chat_id": lambda v: _optional_chat_key("chat_id", v),
+    "chat_type": lambda v: _optional_identifier("chat_type", v, NAME_LENGTH),
+    "thread_id": lambda v: _optional_chat_key("thread_id", v),
+    "display_name": lambda v: require_text("display_name", v),
+    "origin_json": lambda v: require_text("origin_json", v),
+    # Where it runs and for whom.
+    "cwd": lambda v: require_text("cwd", v),
+    "git_repo_root": lambda v: require_text("git_repo_root", v),
+    "git_branch": lambda v: require_text("git_branch", v),
+    "profile_name": lambda v: _optional_identifier("profile_name", v),
 }
+
+
+def _optional_identifier(name: str, value: object, max_length: int = ID_LENGTH) -> str | None:
+    return None if value is None else require_identifier(name, value, max_length=max_length)
+
+
+#: The longest chat or thread id (the columns are bounded for MySQL/MariaDB's index).
+CHAT_KEY_LENGTH: Final = 128
+
+
+def _optional_chat_key(name: str, value: object) -> str | None:
+    """A platform's chat or thread id: platforms hand out numbers, stored as upstream stores
+    them, as text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return _optional_identifier(name, value, CHAT_KEY_LENGTH)
 
 
 def require_fields(fields: Mapping[str, object]) -> dict[str, object]:
@@ -265,6 +294,71 @@ def require_message_fields(
     timestamp = fields.get("timestamp")
     at = None if timestamp is None else require_seconds("timestamp", timestamp)
     return values, tool_calls, at
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """One ``update_token_counts`` call, checked: counters, costs, the billing route."""
+
+    counts: dict[str, int]
+    costs: dict[str, Any]
+    route: dict[str, str | None]
+    absolute: bool
+
+    @property
+    def has_usage(self) -> bool:
+        """Whether it moves a counter or the estimate (upstream records such a call per
+        model)."""
+        return any(self.counts.values()) or bool(self.costs["estimated_cost_usd"])
+
+    @property
+    def accounted(self) -> bool:
+        """Whether it is a billed call at all (a billed cost alone counts)."""
+        return self.has_usage or bool(self.costs["actual_cost_usd"])
+
+
+def _whole(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
+    return value
+
+
+def _optional_cost(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputTypeError(f"{name} must be a number or None, not {_type_name(value)}")
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{name} must be finite, not {value!r}")
+    return float(value)
+
+
+def require_usage(
+    *,
+    counts: Mapping[str, object],
+    costs: Mapping[str, object],
+    route: Mapping[str, object],
+    absolute: object,
+) -> UsageReport:
+    """Upstream's ``update_token_counts`` arguments: whole counters (a negative delta is a
+    correction, as upstream allows), finite costs, text status and route."""
+    if not isinstance(absolute, bool):
+        raise InvalidInputTypeError(f"absolute must be a bool, not {_type_name(absolute)}")
+    checked_costs: dict[str, Any] = {
+        name: _optional_cost(name, costs[name])
+        for name in ("estimated_cost_usd", "actual_cost_usd")
+    }
+    for name in ("cost_status", "cost_source", "pricing_version"):
+        checked_costs[name] = require_text(name, costs[name])
+    return UsageReport(
+        counts={name: _whole(name, value) for name, value in counts.items()},
+        costs=checked_costs,
+        route={
+            name: None if value is None or value == "" else require_text(name, value)
+            for name, value in route.items()
+        },
+        absolute=absolute,
+    )
 
 
 def require_only_states(value: object) -> frozenset[HandoffState]:

@@ -333,7 +333,15 @@ def empty_tables(database: URL | Engine) -> None:
     closed before the database is dropped), or an engine on it."""
     engine = database if isinstance(database, Engine) else cached_engine(database)
     with engine.begin() as connection:
-        for table in ("messages", "handoff_events", "session_turn_leases", "sessions"):
+        for table in (
+            "messages",
+            "handoff_events",
+            "session_turn_leases",
+            "session_model_usage",
+            "sessions",
+            "system_prompts",
+            "state_meta",
+        ):
             connection.execute(text(f"DELETE FROM {table}"))
 
 

@@ -57,7 +57,7 @@ class AsyncStore(Protocol):
     async def create_session(self, session_id: str, source: str, **fields: Any) -> str: ...
 
     async def ensure_session(
-        self, session_id: str, source: str = "unknown", **fields: Any
+        self, session_id: str, source: str = "unknown", model: str | None = None, **fields: Any
     ) -> str: ...
 
     async def append_message(
@@ -71,6 +71,37 @@ class AsyncStore(Protocol):
     async def message_count(self, session_id: str | None = None) -> int: ...
 
     async def session_count(self, source: str | None = None) -> int: ...
+
+    async def end_session(self, session_id: str, end_reason: str) -> None: ...
+
+    async def reopen_session(self, session_id: str) -> None: ...
+
+    async def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None: ...
+
+    async def update_session_model(
+        self, session_id: str, model: str, provider: str | None = None
+    ) -> None: ...
+
+    async def update_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        api_call_count: int = 0,
+        absolute: bool = False,
+    ) -> None: ...
 
     async def request_handoff(self, session_id: str, platform: str) -> bool: ...
 

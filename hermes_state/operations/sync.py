@@ -26,12 +26,30 @@ class SyncOperations:
         raise NotImplementedError
 
     def create_session(self, session_id: str, source: str, **fields: Any) -> str:
-        """Insert a session; an existing row with this id keeps its values. Returns the id."""
+        """Create the session, or fill in an existing one; returns the id.
+
+        ``fields`` are upstream's: ``model``, ``model_config`` (a dict or its JSON text),
+        ``system_prompt`` (kept once in ``system_prompts``, by hash), ``user_id``,
+        ``parent_session_id``, the gateway peer (``session_key``, ``chat_id``, ``chat_type``,
+        ``thread_id``, ``display_name``, ``origin_json``), ``cwd``, ``git_repo_root``,
+        ``git_branch``, ``profile_name``; and ``title``, ``started_at``, ``ended_at``,
+        ``end_reason``. On an existing id nothing already set changes: NULL columns take the new
+        values, the placeholder source ``'unknown'`` the real one. A child (``parent_session_id``)
+        takes its parent's cwd, git context and profile where its own are NULL (the profile only
+        within the same ``agent:<profile>:`` key namespace), and a compression continuation
+        also its parent's gateway peer.
+        """
         return self._run(self._plans.create_session(session_id=session_id, source=source, **fields))
 
-    def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
-        """Make sure the session exists (same as ``create_session``, with a default source)."""
-        return self._run(self._plans.ensure_session(session_id=session_id, source=source, **fields))
+    def ensure_session(
+        self, session_id: str, source: str = "unknown", model: str | None = None, **fields: Any
+    ) -> str:
+        """``create_session`` with upstream's defaults: source ``'unknown'``, an optional
+        ``model``.
+        """
+        return self._run(
+            self._plans.ensure_session(session_id=session_id, source=source, model=model, **fields)
+        )
 
     def append_message(
         self, session_id: str, role: str, content: str | None = None, **fields: Any
@@ -68,6 +86,86 @@ class SyncOperations:
     def session_count(self, source: str | None = None) -> int:
         """How many sessions there are, or how many have this ``source``."""
         return self._run(self._plans.session_count(source=source))
+
+    def end_session(self, session_id: str, end_reason: str) -> None:
+        """End the session now for ``end_reason``. An ended session keeps its first end (a
+        compression split stays ``'compression'``); ``reopen_session`` first to end it anew.
+        """
+        return self._run(self._plans.end_session(session_id=session_id, end_reason=end_reason))
+
+    def reopen_session(self, session_id: str) -> None:
+        """Make an ended session live again: ``ended_at`` and ``end_reason`` cleared."""
+        return self._run(self._plans.reopen_session(session_id=session_id))
+
+    def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
+        """Record the session's assembled system prompt (None: none), kept once in
+        ``system_prompts`` by its SHA-256; a prompt no session uses any more is deleted.
+        """
+        return self._run(
+            self._plans.update_system_prompt(session_id=session_id, system_prompt=system_prompt)
+        )
+
+    def update_session_model(
+        self, session_id: str, model: str, provider: str | None = None
+    ) -> None:
+        """After a mid-session model switch: the session runs ``model`` (and ``provider``,
+        merged into ``model_config``, which also loses its ``browser_model_lock``); its prompt
+        snapshot, which names the old model, is dropped to be rebuilt. No-op for an unknown id.
+        """
+        return self._run(
+            self._plans.update_session_model(session_id=session_id, model=model, provider=provider)
+        )
+
+    def update_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        api_call_count: int = 0,
+        absolute: bool = False,
+    ) -> None:
+        """Account one API call's usage (``absolute``: set the session's cumulative totals).
+
+        Counters and the estimate are added (set); a billed cost is added (set) when given;
+        status fields replace the stored ones when given; the route (model, billing provider,
+        base URL, mode) fills NULLs, except that the first accounted call's route replaces the
+        one the session was created with. A missing session is created with source
+        ``'unknown'``. Each incremental call with usage is also added to its
+        ``session_model_usage`` row (per session, model, route and task).
+        """
+        return self._run(
+            self._plans.update_token_counts(
+                session_id=session_id,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                model=model,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
+                reasoning_tokens=reasoning_tokens,
+                estimated_cost_usd=estimated_cost_usd,
+                actual_cost_usd=actual_cost_usd,
+                cost_status=cost_status,
+                cost_source=cost_source,
+                pricing_version=pricing_version,
+                billing_provider=billing_provider,
+                billing_base_url=billing_base_url,
+                billing_mode=billing_mode,
+                api_call_count=api_call_count,
+                absolute=absolute,
+            )
+        )
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
         """NULL/completed/failed -> pending. False when one is in flight or the id is unknown."""

@@ -14,7 +14,6 @@ from ..validation import (
     ROLE_LENGTH,
     clean_error,
     require_count,
-    require_fields,
     require_identifier,
     require_identifiers,
     require_message_fields,
@@ -27,8 +26,9 @@ from ..validation import (
 from .claims import ClaimBatch, _claim_batch, _claim_given, _claim_next
 from .core import MAX_BATCH, MIN_TURN_LEASE_SECONDS, ClaimLedger, Ownership, Plan, Row
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
+from .session_writes import SessionWritePlans
 from .titles import TitlePlans
-from .transcript import _append_message, _create_session, _transcript, _transcripts
+from .transcript import _append_message, _transcript, _transcripts
 from .transitions import (
     Claim,
     _claim,
@@ -52,7 +52,7 @@ from .turn_leases import (
 )
 
 
-class PlanBook(TitlePlans):
+class PlanBook(SessionWritePlans, TitlePlans):
     """Builds the plan of every store operation, with the store's context bound.
 
     Both stores hold one and only run its plans (synchronously or awaited), so the wiring of
@@ -75,19 +75,6 @@ class PlanBook(TitlePlans):
         self._announce = announce
 
     # sessions and transcript
-
-    def create_session(self, session_id: object, source: object, **fields: object) -> Plan[str]:
-        values: dict[str, Any] = dict.fromkeys(statements.SESSION_FIELDS)
-        values["started_at"] = self.clock()
-        values.update(require_fields(fields))
-        values["id"] = require_identifier("session_id", session_id)
-        values["source"] = require_identifier("source", source, max_length=NAME_LENGTH)
-        return Plan(_create_session, values, writes=True)
-
-    def ensure_session(
-        self, session_id: object, source: object = "unknown", **fields: object
-    ) -> Plan[str]:
-        return self.create_session(session_id, source, **fields)
 
     def append_message(
         self, session_id: object, role: object, content: object = None, **fields: object

@@ -80,6 +80,10 @@ def _changed(_caps: Capabilities, statement: Executable, params: Mapping[str, An
     return outcome.rowcount
 
 
+def _done(_caps: Capabilities, statement: Executable, params: Mapping[str, Any]) -> Body[None]:
+    yield Step(statement, params)
+
+
 def _count(_caps: Capabilities, statement: Executable, params: Mapping[str, Any]) -> Body[int]:
     outcome = yield Step(statement, params)
     return int(outcome.rows[0]["count"]) if outcome.rows else 0

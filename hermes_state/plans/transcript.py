@@ -13,11 +13,6 @@ from ..statements import Capabilities
 from .core import Body, Row, Step
 
 
-def _create_session(caps: Capabilities, params: Mapping[str, Any]) -> Body[str]:
-    yield Step(statements.insert_session(caps.name), params)
-    return str(params["id"])
-
-
 def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
     if caps.single_statement:
         appended = yield Step(statements.append_message_counted(), params)

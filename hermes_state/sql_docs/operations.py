@@ -75,8 +75,51 @@ def _transition(
 _PER_WALK = "once, and once more per step up the session's compression lineage"
 
 
-def _create_session(caps: Capabilities) -> list[Sent]:
-    return [_sent(S.insert_session, caps.name)]
+_SERVER_FILL = "MySQL/MariaDB: when the id existed (elsewhere the insert fills it in)"
+
+
+def _create_session(prompt: bool, parent: bool) -> Callable[[Capabilities], list[Sent]]:
+    def steps(caps: Capabilities) -> list[Sent]:
+        mysql = caps.name in ("mysql", "mariadb")
+        sent = [_sent(S.store_system_prompt, caps.name)] if prompt else []
+        sent.append(_sent(S.insert_session, caps.name))
+        if mysql:
+            sent.append(_sent(S.fill_session, note=_SERVER_FILL))
+        if prompt:
+            unused = "when the id existed: its own prompt stays" if mysql else ""
+            sent.append(_sent(S.forget_system_prompt, note=unused))
+        if parent:
+            sent.append(_sent(S.session_and_parent))
+            sent.append(_sent(S.inherit_session, note="when the parent has something to give"))
+        return sent
+
+    return steps
+
+
+def _prompt_update(statement: Callable[..., Any], prompt: bool) -> Callable[..., list[Sent]]:
+    def steps(caps: Capabilities) -> list[Sent]:
+        sent = [_sent(S.session_prompt_and_config)]
+        if prompt:
+            sent.append(_sent(S.store_system_prompt, caps.name, note="when the session exists"))
+        sent += [
+            _sent(statement, note="when the session exists"),
+            _sent(S.forget_system_prompt, note="when the session pointed at another prompt"),
+        ]
+        return sent
+
+    return steps
+
+
+def _token_counts(absolute: bool) -> Callable[[Capabilities], list[Sent]]:
+    def steps(caps: Capabilities) -> list[Sent]:
+        sent = [*_create_session(False, False)(caps), _sent(S.usage_route)]
+        sent.append(_sent(S.set_usage_route, note="the first accounted call, on another route"))
+        sent.append(_sent(S.count_tokens, absolute))
+        if not absolute:
+            sent.append(_sent(S.record_model_usage, caps.name, note="when the call has usage"))
+        return sent
+
+    return steps
 
 
 def _append_message(caps: Capabilities) -> list[Sent]:
@@ -310,7 +353,51 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "create_session",
         "",
         "create_session(session_id, source, **fields)",
-        _create_session,
+        _create_session(prompt=False, parent=False),
+    ),
+    _O(
+        _SESSIONS,
+        "create_session",
+        "prompt",
+        "create_session(session_id, source, system_prompt=...)",
+        _create_session(prompt=True, parent=False),
+    ),
+    _O(
+        _SESSIONS,
+        "create_session",
+        "child",
+        "create_session(session_id, source, parent_session_id=...)",
+        _create_session(prompt=False, parent=True),
+    ),
+    _O(_SESSIONS, "end_session", "", "end_session(session_id, end_reason)", _only(S.end_session)),
+    _O(_SESSIONS, "reopen_session", "", "reopen_session(session_id)", _only(S.reopen_session)),
+    _O(
+        _SESSIONS,
+        "update_system_prompt",
+        "",
+        "update_system_prompt(session_id, system_prompt)",
+        _prompt_update(S.set_system_prompt, prompt=True),
+    ),
+    _O(
+        _SESSIONS,
+        "update_session_model",
+        "",
+        "update_session_model(session_id, model, provider)",
+        _prompt_update(S.set_session_model, prompt=False),
+    ),
+    _O(
+        _SESSIONS,
+        "update_token_counts",
+        "",
+        "update_token_counts(session_id, input_tokens, ...)",
+        _token_counts(absolute=False),
+    ),
+    _O(
+        _SESSIONS,
+        "update_token_counts",
+        "absolute",
+        "update_token_counts(session_id, ..., absolute=True)",
+        _token_counts(absolute=True),
     ),
     _O(
         _SESSIONS,

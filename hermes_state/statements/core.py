@@ -6,7 +6,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Dialect, String, bindparam, func, literal_column, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Dialect,
+    Insert,
+    String,
+    Table,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
@@ -23,6 +35,16 @@ SESSION_FIELDS = (
     "end_reason",
     "model_config",
     "system_prompt",
+    "session_key",
+    "chat_id",
+    "chat_type",
+    "thread_id",
+    "cwd",
+    "profile_name",
+    "git_repo_root",
+    "git_branch",
+    "origin_json",
+    "display_name",
 )
 
 #: Optional columns a caller may set through ``append_message(..., **fields)``: upstream's
@@ -126,6 +148,30 @@ def _state_is_unindexed(state: HandoffState) -> ColumnElement[bool]:
 def _state_in(states: Iterable[HandoffState | None]) -> ColumnElement[bool]:
     terms = [_c.handoff_state.is_(None) if s is None else state_is(s) for s in states]
     return or_(*terms)
+
+
+def insert_if_absent(dialect_name: str, table: Table, names: Iterable[str], key: str) -> Insert:
+    """Insert one row of ``names`` (bound by name), leaving an existing row with the same
+    ``key`` untouched."""
+    names = tuple(names)
+    values: dict[str, Any] = {name: bindparam(name) for name in names}
+    if dialect_name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(table).values(values).on_conflict_do_nothing(index_elements=[key])
+    if dialect_name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table).values(values).on_conflict_do_nothing(index_elements=[key])
+    if dialect_name in ("mysql", "mariadb"):
+        # Not ON DUPLICATE KEY UPDATE (nor INSERT IGNORE): that would also swallow a clash on
+        # another unique key (upstream's idx_sessions_title_unique), silently creating nothing.
+        # Only an existing key is skipped; any other duplicate fails with 1062 (see errors.py).
+        row = select(*(bindparam(name, type_=table.c[name].type) for name in names)).where(
+            ~exists().where(table.c[key] == bindparam(key))
+        )
+        return table.insert().from_select(names, row)
+    raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
 
 
 def _pg_array(name: str, item: Any = None) -> Any:

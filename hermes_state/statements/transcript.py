@@ -19,33 +19,7 @@ from sqlalchemy import (
 )
 
 from ..models import messages, sessions
-from .core import MESSAGE_FIELDS, SESSION_FIELDS, _c, _pg_array
-
-
-@functools.cache
-def insert_session(dialect_name: str) -> Insert:
-    """Insert a session, leaving an existing row with the same id untouched."""
-    # Each dialect's insert construct is imported only when that dialect is used.
-    values: dict[str, Any] = {name: bindparam(name) for name in ("id", "source", *SESSION_FIELDS)}
-    if dialect_name == "sqlite":
-        from sqlalchemy.dialects import sqlite
-
-        return sqlite.insert(sessions).values(values).on_conflict_do_nothing(index_elements=["id"])
-    if dialect_name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        stmt = postgresql.insert(sessions).values(values)
-        return stmt.on_conflict_do_nothing(index_elements=["id"])
-    if dialect_name in ("mysql", "mariadb"):
-        # Not ON DUPLICATE KEY UPDATE: that would also swallow a clash on another unique key
-        # (upstream's idx_sessions_title_unique), silently creating nothing. Only an existing
-        # id is skipped; a duplicate title fails with 1062 (translated in errors.py).
-        names = ("id", "source", *SESSION_FIELDS)
-        row = select(*(bindparam(name, type_=_c[name].type) for name in names)).where(
-            ~exists().where(_c.id == bindparam("id"))
-        )
-        return sessions.insert().from_select(names, row)
-    raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
+from .core import MESSAGE_FIELDS, _c, _pg_array
 
 
 @functools.cache

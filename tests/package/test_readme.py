@@ -108,6 +108,7 @@ FRAGMENTS = (
     "claim_pending_handoffs(100)",
     'try_acquire_session_turn_lease("s1", "cli:pid=4242"',
     "get_next_title_in_lineage(",
+    'db.ensure_session("s1")  # a gateway',
 )
 
 
@@ -186,6 +187,21 @@ def test_the_titles_example(tmp_path: Path, isolated_home: Path) -> None:
     with SessionDB(isolated_home / "state.db") as db:
         assert db.get_session_title("t1") == "quarterly report"
         assert db.get_session_title("t2") == "quarterly report #2"
+
+
+def test_the_session_rows_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.ensure_session("s1")  # a gateway'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        first, second = db.get_session("s1"), db.get_session("s2")
+        assert first is not None
+        assert second is not None
+        assert (first["model"], first["system_prompt"]) == ("hermes-4", "You are terse.")
+        assert (second["cwd"], second["input_tokens"], second["billing_provider"]) == (
+            "/srv/app",
+            120,
+            "nous",
+        )
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

@@ -262,10 +262,41 @@ def _now(call: Callable[[SessionDB], object]) -> Example:
     return lambda db, _clock: lambda: call(db)
 
 
+def _after(setup: Callable[[SessionDB], object], call: Callable[[SessionDB], object]) -> Example:
+    def example(db: SessionDB, _clock: HandClock) -> Callable[[], object]:
+        setup(db)
+        return lambda: call(db)
+
+    return example
+
+
+def _prompted(db: SessionDB) -> None:
+    db.update_system_prompt("idle", "the old prompt")
+
+
+def _usage(absolute: bool) -> Callable[[SessionDB], object]:
+    return lambda db: db.update_token_counts(
+        "idle", 10, 2, "m-2", billing_provider="p", api_call_count=1, absolute=absolute
+    )
+
+
 #: A call of every operation of the catalog, by its slug, made on the state :func:`_state`
 #: leaves; each must run every step the catalog lists for it.
 EXAMPLES: dict[str, Example] = {
-    "create_session": _now(lambda db: db.create_session("new", "cli")),
+    # On an existing id: MySQL/MariaDB then fill it in with a second statement.
+    "create_session": _now(lambda db: db.create_session("idle", "cli")),
+    "create_session.prompt": _now(lambda db: db.create_session("idle", "cli", system_prompt="p")),
+    "create_session.child": _now(
+        lambda db: db.create_session("seg", "cli", parent_session_id="root")
+    ),
+    "end_session": _now(lambda db: db.end_session("idle", "user_exit")),
+    "reopen_session": _now(lambda db: db.reopen_session("root")),
+    "update_system_prompt": _after(_prompted, lambda db: db.update_system_prompt("idle", "new")),
+    "update_session_model": _after(
+        _prompted, lambda db: db.update_session_model("idle", "m-2", "openai")
+    ),
+    "update_token_counts": _now(_usage(absolute=False)),
+    "update_token_counts.absolute": _now(_usage(absolute=True)),
     "append_message": _now(lambda db: db.append_message("idle", "user", "hi")),
     "get_messages": _now(lambda db: db.get_messages("idle")),
     "count_messages": _now(lambda db: db.count_messages("idle")),
@@ -360,7 +391,7 @@ def _state(db: SessionDB) -> None:
     for session_id in ("running", "running2"):
         assert db.claim_handoff(session_id) is True
     put(db, "failed", "failed")
-    db.create_session("root", "cli", end_reason="compression")
+    db.create_session("root", "cli", end_reason="compression", cwd="/work")
     db.create_session("seg", "cli", parent_session_id="root")
 
 

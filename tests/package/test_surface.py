@@ -236,10 +236,19 @@ SAMPLES: dict[str, Any] = {
     "older_than_seconds": 60.0,
     "title": "quarterly report",
     "base_title": "quarterly report #2",
+    "end_reason": "user_exit",
+    "system_prompt": "be brief",
+    "model": "gpt-5",
     "fn": lambda conn: conn.execute("SELECT 1").scalar_one(),
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
-WRITES = {"create_session", "ensure_session", "try_acquire_session_turn_lease", "_execute_write"}
+WRITES = {
+    "create_session",
+    "ensure_session",
+    "update_token_counts",  # creates the session it accounts for, as upstream
+    "try_acquire_session_turn_lease",
+    "_execute_write",
+}
 #: Where the absent store's answer differs from an empty file's, on purpose.
 DIFFERENT = {"handoff_change_token"}  # None: there is no file whose commits it could count
 LIFE_CYCLE = {"close", "__aenter__", "__aexit__"}

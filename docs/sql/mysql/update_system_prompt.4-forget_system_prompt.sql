@@ -1,0 +1,9 @@
+-- statements.forget_system_prompt(), sent by update_system_prompt(session_id, system_prompt)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 4 of 4, when the session pointed at another prompt.
+
+DELETE FROM system_prompts
+WHERE system_prompts.hash = :old_hash AND NOT (EXISTS (
+  SELECT *
+  FROM sessions
+  WHERE sessions.system_prompt_hash = :old_hash
+));

@@ -1,0 +1,6 @@
+-- statements.session_prompt_and_config(), sent by update_system_prompt(session_id, system_prompt)
+-- SQLite (pysqlite): step 1 of 4.
+
+SELECT sessions.system_prompt_hash, sessions.model_config
+FROM sessions
+WHERE sessions.id = :session_id;

@@ -1,0 +1,17 @@
+-- statements.count_tokens(absolute=True), sent by update_token_counts(session_id, ..., absolute=True)
+-- SQLite (pysqlite): step 4 of 4.
+-- Parameters the statement carries: :coalesce_1 = 0.
+
+UPDATE sessions
+SET model=coalesce(sessions.model, :route_model), input_tokens=:input_tokens,
+    output_tokens=:output_tokens, cache_read_tokens=:cache_read_tokens,
+    cache_write_tokens=:cache_write_tokens, reasoning_tokens=:reasoning_tokens,
+    billing_provider=coalesce(sessions.billing_provider, :route_billing_provider),
+    billing_base_url=coalesce(sessions.billing_base_url, :route_billing_base_url),
+    billing_mode=coalesce(sessions.billing_mode, :route_billing_mode),
+    estimated_cost_usd=coalesce(:estimated_cost_usd, :coalesce_1),
+    actual_cost_usd=CASE WHEN (CAST(:actual_cost_usd AS DOUBLE) IS NULL) THEN sessions.actual_cost_usd ELSE :actual_cost_usd END,
+    cost_status=coalesce(:cost_status, sessions.cost_status), cost_source=coalesce(:cost_source,
+        sessions.cost_source), pricing_version=coalesce(:pricing_version, sessions.pricing_version),
+    api_call_count=:api_call_count
+WHERE sessions.id = :session_id;
