@@ -23,6 +23,7 @@ from .errors import (
     ReadOnlyDatabaseError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    SessionTurnLeaseLostError,
     UnknownSessionError,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "SessionDB",
+    "SessionTurnLeaseLostError",
     "UnknownSessionError",
     "default_db_path",
     "resolve_url",

@@ -17,7 +17,7 @@ from .errors import DatabaseUnavailableError, missing_database
 from .execution import WriteConnection, drive, outcome_of
 from .models import metadata
 from .operations import AsyncOperations
-from .plans import Plan
+from .plans import LeaseWait, Plan
 from .statements import Capabilities
 from .store import Clock, StoreSettings
 
@@ -143,6 +143,37 @@ class AbsentStore(StoreSettings, AsyncOperations):
         patience_s: float | None = None,
     ) -> bool:
         # An empty database would grant the lease by recording it, which needs the file.
+        plan = self._plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)
+        return await self._run(plan)
+
+    async def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], object] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
+        should_abort: Callable[[], object] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], object] | None = None,
+        wait_notice_backoff: float = 2.0,
+        wait_notice_max_interval_seconds: float = 300.0,
+    ) -> bool:
+        LeaseWait.configure(
+            wait_seconds=wait_seconds,
+            poll_interval_seconds=poll_interval_seconds,
+            wait_notice_interval_seconds=wait_notice_interval_seconds,
+            wait_notice_backoff=wait_notice_backoff,
+            wait_notice_max_interval_seconds=wait_notice_max_interval_seconds,
+            on_wait=on_wait,
+            should_abort=should_abort,
+            on_contended=on_contended,
+            acquire_patience_s=acquire_patience_s,
+        )
+        # Nobody holds a lease in an empty database: the first attempt decides.
         plan = self._plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)
         return await self._run(plan)
 

@@ -18,10 +18,10 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .engine import READ_ONLY, dispose_async, is_sqlite, make_async_engine
-from .errors import keep_step_params, raise_translated
+from .errors import DatabaseBusyError, keep_step_params, raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
 from .operations import AsyncOperations
-from .plans import Body, Plan, lease_patience
+from .plans import ATTEMPT, Body, LeaseWait, Plan, lease_patience
 from .schema import bring_current, current_revision, ensure_current
 from .statements import Capabilities
 from .store import Clock, StoreSettings
@@ -185,6 +185,53 @@ class NativeAsyncSessionDB(StoreSettings, AsyncOperations):
             if await self._run(plan):
                 return True
         return False
+
+    async def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], object] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
+        should_abort: Callable[[], object] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], object] | None = None,
+        wait_notice_backoff: float = 2.0,
+        wait_notice_max_interval_seconds: float = 300.0,
+    ) -> bool:
+        """As ``SessionDB.acquire_session_turn_lease``, sleeping on the event loop."""
+        wait = LeaseWait.configure(
+            wait_seconds=wait_seconds,
+            poll_interval_seconds=poll_interval_seconds,
+            wait_notice_interval_seconds=wait_notice_interval_seconds,
+            wait_notice_backoff=wait_notice_backoff,
+            wait_notice_max_interval_seconds=wait_notice_max_interval_seconds,
+            on_wait=on_wait,
+            should_abort=should_abort,
+            on_contended=on_contended,
+            acquire_patience_s=acquire_patience_s,
+        )
+        plans = self._plans
+        plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)  # bad input first
+        schedule = wait.run()
+        try:
+            request = next(schedule)
+            while True:
+                if request is ATTEMPT:
+                    plan = plans.try_acquire_session_turn_lease(session_id, holder, ttl_seconds)
+                    try:
+                        taken: bool | None = await self._run(plan)
+                    except DatabaseBusyError:
+                        taken = None
+                    request = schedule.send(taken)
+                else:
+                    await asyncio.sleep(request)
+                    request = schedule.send(None)
+        except StopIteration as finished:
+            return bool(finished.value)
 
     async def handoff_change_token(self) -> int | None:
         """As ``SessionDB.handoff_change_token``: SQLite's ``PRAGMA data_version`` read on a

@@ -119,6 +119,11 @@ class UnknownSessionError(HermesStateError, LookupError):
     """The operation needs an existing session and there is none with this id."""
 
 
+class SessionTurnLeaseLostError(HermesStateError, RuntimeError):
+    """A transcript write fenced on a turn lease found the lease held by someone else (or by
+    nobody): the writer lost its turn, and nothing was written."""
+
+
 class CopyConflictError(HermesStateError):
     """The target holds rows with the same keys and different values."""
 

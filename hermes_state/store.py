@@ -17,10 +17,10 @@ from sqlalchemy.engine import URL
 
 from . import notify, titles
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
-from .errors import InvalidInputError, ReadOnlyDatabaseError, missing_database
+from .errors import DatabaseBusyError, InvalidInputError, ReadOnlyDatabaseError, missing_database
 from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
 from .operations import SyncOperations
-from .plans import Ownership, Plan, PlanBook, lease_patience
+from .plans import ATTEMPT, LeaseWait, Ownership, Plan, PlanBook, lease_patience
 from .schema import ensure_current, ensure_readable
 from .validation import require_identifier, require_seconds
 
@@ -223,6 +223,54 @@ class SessionDB(StoreSettings, SyncOperations):
             ):
                 return True
         return False
+
+    def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], object] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
+        should_abort: Callable[[], object] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], object] | None = None,
+        wait_notice_backoff: float = 2.0,
+        wait_notice_max_interval_seconds: float = 300.0,
+    ) -> bool:
+        # Declared (and documented) in surface.Store; the wait sleeps in this thread.
+        wait = LeaseWait.configure(
+            wait_seconds=wait_seconds,
+            poll_interval_seconds=poll_interval_seconds,
+            wait_notice_interval_seconds=wait_notice_interval_seconds,
+            wait_notice_backoff=wait_notice_backoff,
+            wait_notice_max_interval_seconds=wait_notice_max_interval_seconds,
+            on_wait=on_wait,
+            should_abort=should_abort,
+            on_contended=on_contended,
+            acquire_patience_s=acquire_patience_s,
+        )
+        attempt = functools.partial(
+            self._plans.try_acquire_session_turn_lease, session_id, holder, ttl_seconds
+        )
+        attempt()  # bad input is refused before the first callback
+        schedule = wait.run()
+        try:
+            request = next(schedule)
+            while True:
+                if request is ATTEMPT:
+                    try:
+                        taken: bool | None = self._run(attempt())
+                    except DatabaseBusyError:
+                        taken = None
+                    request = schedule.send(taken)
+                else:
+                    time.sleep(request)
+                    request = schedule.send(None)
+        except StopIteration as finished:
+            return bool(finished.value)
 
     def handoff_change_token(self) -> int | None:
         # Declared in surface.Store: the runner's PRAGMA data_version (SQLite), None on servers.

@@ -26,7 +26,13 @@ T = TypeVar("T")
 #: with patience (sleeping differs between sync and asyncio) and the change token (the
 #: runner's, not a plan's).
 HAND_WRITTEN: Final = frozenset(
-    {"close", "_execute_write", "try_acquire_session_turn_lease", "handoff_change_token"}
+    {
+        "close",
+        "_execute_write",
+        "try_acquire_session_turn_lease",
+        "acquire_session_turn_lease",
+        "handoff_change_token",
+    }
 )
 
 
@@ -336,6 +342,41 @@ class Store(Protocol):
         a held lease is asked for again until that many seconds have passed. The key is the
         conversation (the lineage root of a compressed session), as upstream keys it.
         """
+        ...
+
+    def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], object] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
+        should_abort: Callable[[], object] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], object] | None = None,
+        wait_notice_backoff: float = 2.0,
+        wait_notice_max_interval_seconds: float = 300.0,
+    ) -> bool:
+        """Wait for the conversation's turn lease, as upstream's blocking acquire: True once
+        ``holder`` has it; False when ``wait_seconds`` pass or ``should_abort()`` says so
+        (asked before every attempt). No database lock is held while waiting.
+
+        Another holder means a poll every ``poll_interval_seconds``, with ``on_wait(elapsed)``
+        called on the first miss and then every ``wait_notice_interval_seconds``, each gap
+        ``wait_notice_backoff`` times the last, at most ``wait_notice_max_interval_seconds``
+        (0: no ceiling). A busy database (``DatabaseBusyError`` once the store's own
+        ``busy_patience`` is spent) calls ``on_contended()`` instead and is retried within
+        0.15 s; any other error is raised. What a callback raises is logged and ignored.
+        ``acquire_patience_s`` is accepted for upstream's callers; each attempt waits for a
+        locked database as every call of the store does.
+        """
+        ...
+
+    def has_live_session_turn_lease(self, session_id: str) -> bool:
+        """Whether anyone holds the conversation's turn lease unexpired now."""
         ...
 
     def refresh_session_turn_lease(

@@ -301,6 +301,10 @@ class AsyncOperations:
         """What a reclaim in ``scope`` ("stale", "expired", "all") would fail, and why."""
         return await self._run(self._plans.preview_reclaim(scope=scope))
 
+    async def has_live_session_turn_lease(self, session_id: str) -> bool:
+        """Whether anyone holds the conversation's turn lease unexpired now."""
+        return await self._run(self._plans.has_live_session_turn_lease(session_id=session_id))
+
     async def refresh_session_turn_lease(
         self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
     ) -> bool:

@@ -163,6 +163,25 @@ class AsyncStore(Protocol):
         patience_s: float | None = None,
     ) -> bool: ...
 
+    async def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], object] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
+        should_abort: Callable[[], object] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], object] | None = None,
+        wait_notice_backoff: float = 2.0,
+        wait_notice_max_interval_seconds: float = 300.0,
+    ) -> bool: ...
+
+    async def has_live_session_turn_lease(self, session_id: str) -> bool: ...
+
     async def refresh_session_turn_lease(
         self, session_id: str, holder: str, *, ttl_seconds: float = 300.0
     ) -> bool: ...

@@ -31,9 +31,11 @@ from .core import Body as Body
 from .core import Row as Row
 from .core import T as T
 from .transitions import Claim as Claim
+from .turn_leases import ATTEMPT, LeaseWait
 from .turn_leases import Turn as Turn
 
 __all__ = [
+    "ATTEMPT",
     "MAX_BATCH",
     "MIN_TURN_LEASE_SECONDS",
     "STATS_FAILURE_WINDOW",
@@ -41,6 +43,7 @@ __all__ = [
     "STRANDED_ERROR",
     "ClaimBatch",
     "ClaimLedger",
+    "LeaseWait",
     "Outcome",
     "Ownership",
     "Plan",

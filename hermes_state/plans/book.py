@@ -45,6 +45,7 @@ from .transitions import (
 from .turn_leases import (
     Turn,
     _acquire_turn,
+    _live_turn,
     _refresh_turn,
     _refresh_turns,
     _release_turn,
@@ -404,6 +405,13 @@ class PlanBook(SessionWritePlans, TitlePlans):
             return Plan(_constant, False, writes=False)
         # Several statements (the lineage walk, then the lease): one transaction.
         return Plan(_acquire_turn, params, writes=True, single_statement=False)
+
+    def has_live_session_turn_lease(self, session_id: object) -> Plan[bool]:
+        """Whether anyone holds the conversation's lease unexpired now."""
+        if session_id == "":
+            return Plan(_constant, False, writes=False)
+        params = {"session_id": require_identifier("session_id", session_id), "now": self.clock()}
+        return Plan(_live_turn, params, writes=False, single_statement=False)
 
     def refresh_session_turn_lease(
         self, session_id: object, holder: object, ttl_seconds: object

@@ -273,6 +273,10 @@ def _acquire_turn(caps: Capabilities) -> list[Sent]:
     return [_sent(S.lineage_parent, note=_PER_WALK), *_take_turn(caps, "")]
 
 
+def _live_turn(_caps: Capabilities) -> list[Sent]:
+    return [_sent(S.lineage_parent, note=_PER_WALK), _sent(S.live_turn_lease)]
+
+
 def _refresh_turn(_caps: Capabilities) -> list[Sent]:
     return [_sent(S.lineage_parent, note=_PER_WALK), _sent(S.refresh_turn_lease)]
 
@@ -535,6 +539,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         _preview(ReclaimScope.EXPIRED),
     ),
     _O(_LEASES, "preview_reclaim", "all", "preview_reclaim('all')", _preview(ReclaimScope.ALL)),
+    _O(
+        _TURNS,
+        "has_live_session_turn_lease",
+        "",
+        "has_live_session_turn_lease(session_id)",
+        _live_turn,
+    ),
     _O(
         _TURNS,
         "try_acquire_session_turn_lease",

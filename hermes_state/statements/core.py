@@ -9,16 +9,21 @@ from typing import Any, Final
 from sqlalchemy import (
     ColumnElement,
     Dialect,
+    FunctionElement,
     Insert,
     String,
     Table,
+    Text,
+    and_,
     bindparam,
+    case,
     exists,
     func,
     literal_column,
     or_,
     select,
 )
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
@@ -172,6 +177,67 @@ def insert_if_absent(dialect_name: str, table: Table, names: Iterable[str], key:
         )
         return table.insert().from_select(names, row)
     raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
+
+
+class MarkerText(FunctionElement[str]):
+    """The text under a top-level key of a JSON-text column (``model_config``), NULL when the
+    text is not JSON or lacks the key; never an error, whatever a row holds. The key is code's,
+    never a caller's: it is rendered into the SQL."""
+
+    type = Text()
+    inherit_cache = True
+    name = "marker_text"
+
+    def __init__(self, column: ColumnElement[Any], key: str) -> None:
+        if not key.replace("_", "").isalnum():
+            raise ValueError(f"not a marker key: {key!r}")
+        self.key = key
+        super().__init__(column)
+
+
+@compiles(MarkerText, "sqlite")
+def _sqlite_marker(element: MarkerText, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"CASE WHEN json_valid({column}) THEN json_extract({column}, '$.{element.key}') END"
+
+
+@compiles(MarkerText, "mysql")
+@compiles(MarkerText, "mariadb")
+def _mysql_marker(element: MarkerText, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    value = f"JSON_UNQUOTE(JSON_EXTRACT({column}, '$.{element.key}'))"
+    # utf8mb4_bin is JSON's; the column's own collation is what ids compare under.
+    return f"CASE WHEN JSON_VALID({column}) THEN {value} COLLATE utf8mb4_unicode_ci END"
+
+
+@compiles(MarkerText, "postgresql")
+def _postgresql_marker(element: MarkerText, compiler: Any, **kw: Any) -> str:
+    # A cast to jsonb raises on text that is not JSON, so the value is matched instead: the
+    # string under the key (upstream writes its markers as plain ids, never escaped).
+    column = compiler.process(element.clauses, **kw)
+    return f'substring({column} from \'"{element.key}"\\s*:\\s*"([^"]*)"\')'
+
+
+#: The ``model_config`` keys that mark a child as a fork of its parent, not a continuation:
+#: a branch, a delegate (sub-agent) and a reset.
+FORK_MARKERS: Final = ("_branched_from", "_delegate_from", "_reset_from")
+
+
+def forked(row: Any) -> ColumnElement[int]:
+    """1 when ``row`` (``sessions`` or an alias) is an explicit fork of its parent, else 0:
+    a tool session, or a child whose ``model_config`` names its own parent under a fork
+    marker (a compression continuation copies its parent's config, so a marker naming another
+    session is inherited, not its own)."""
+    parent = row.c.parent_session_id
+    marked = [
+        and_(
+            MarkerText(row.c.model_config, key).is_not(None),
+            MarkerText(row.c.model_config, key) == parent,
+        )
+        for key in FORK_MARKERS
+    ]
+    is_fork = or_(row.c.source == literal_column("'tool'"), *marked)
+    return case((is_fork, literal_column("1")), else_=literal_column("0"))
 
 
 def _pg_array(name: str, item: Any = None) -> Any:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 
 from ..models import session_turn_leases, sessions
-from .core import _c, _unnested
+from .core import _c, _unnested, forked
 
 _t = session_turn_leases.c
 _COMPRESSION = "compression"
@@ -32,8 +32,9 @@ _COMPRESSION = "compression"
 
 @functools.cache
 def lineage_parent() -> Select[tuple[str]]:
-    """The parent of ``:session_id`` when that parent ended by compression: the session is a
-    later segment of the same conversation, whose turn lease is keyed by the lineage root."""
+    """The parent of ``:session_id`` when that parent ended by compression and the session is
+    no explicit fork of it (:func:`forked`): the session is a later segment of the same
+    conversation, whose turn lease is keyed by the lineage root."""
     child = sessions.alias("child")
     parent = sessions.alias("parent")
     return (
@@ -42,6 +43,7 @@ def lineage_parent() -> Select[tuple[str]]:
         .where(
             child.c.id == bindparam("session_id"),
             parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
+            forked(child) == literal_column("0"),
         )
     )
 
@@ -97,6 +99,15 @@ def turn_lease_holder() -> Select[tuple[str]]:
 
 
 @functools.cache
+def live_turn_lease() -> Select[tuple[float]]:
+    """The conversation's lease if it is live at ``:now`` (whoever holds it)."""
+    return select(_t.expires_at).where(
+        _t.conversation_id == bindparam("conversation"),
+        _t.expires_at > bindparam("now", type_=Double()),
+    )
+
+
+@functools.cache
 def refresh_turn_lease() -> Update:
     """Move the expiry of a lease ``:lease_holder`` still holds (expired but not taken over
     counts: nobody else holds it yet)."""
@@ -128,8 +139,9 @@ def _lineage_roots(starts: Any, name: str) -> Any:
     ``(id, conversation)``.
 
     The same walk as the one-row plans make with :func:`lineage_parent`, one step at a time:
-    up through parents that ended by compression, at most :data:`MAX_LINEAGE_DEPTH` steps,
-    stopping before a segment the walk has already visited; the key is the last one reached.
+    up through parents that ended by compression, from segments that are no explicit fork, at
+    most :data:`MAX_LINEAGE_DEPTH` steps, stopping before a segment the walk has already
+    visited; the key is the last one reached.
     Each step carries the next parent's id, so it looks sessions up by key only.
     """
     from sqlalchemy.dialects.postgresql import ARRAY, array, distinct_on
@@ -146,6 +158,7 @@ def _lineage_roots(starts: Any, name: str) -> Any:
             first.c.parent_session_id.label("up"),
             literal_column("0").label("depth"),
             cast(array([start]), ARRAY(String())).label("path"),
+            forked(first).label("forked"),
         )
         .select_from(starts.outerjoin(first, first.c.id == starts.c.id))
         .cte(name, recursive=True)
@@ -157,11 +170,13 @@ def _lineage_roots(starts: Any, name: str) -> Any:
             parent.c.parent_session_id,
             walk.c.depth + literal_column("1"),
             func.array_append(walk.c.path, parent.c.id),
+            forked(parent),
         )
         .select_from(walk.join(parent, parent.c.id == walk.c.up))
         .where(
             parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
             walk.c.depth < literal_column(str(MAX_LINEAGE_DEPTH)),
+            walk.c.forked == literal_column("0"),
             parent.c.id != all_(walk.c.path),
         )
     )

@@ -333,6 +333,7 @@ EXAMPLES: dict[str, Example] = {
     "preview_reclaim": _now(lambda db: db.preview_reclaim("stale")),
     "preview_reclaim.expired": _now(lambda db: db.preview_reclaim("expired")),
     "preview_reclaim.all": _now(lambda db: db.preview_reclaim("all")),
+    "has_live_session_turn_lease": _acquired(lambda db: db.has_live_session_turn_lease("seg")),
     "try_acquire_session_turn_lease": _now(
         lambda db: db.try_acquire_session_turn_lease("seg", "h", ttl_seconds=60.0)
     ),

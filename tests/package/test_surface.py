@@ -247,6 +247,7 @@ WRITES = {
     "ensure_session",
     "update_token_counts",  # creates the session it accounts for, as upstream
     "try_acquire_session_turn_lease",
+    "acquire_session_turn_lease",
     "_execute_write",
 }
 #: Where the absent store's answer differs from an empty file's, on purpose.

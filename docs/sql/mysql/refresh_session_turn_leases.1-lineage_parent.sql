@@ -4,4 +4,17 @@
 SELECT parent.id
 FROM sessions AS child INNER
 JOIN sessions AS parent ON parent.id = child.parent_session_id
-WHERE child.id = :session_id AND parent.end_reason = 'compression';
+WHERE child.id = :session_id AND parent.end_reason = 'compression'
+    AND CASE WHEN (child.source = 'tool'
+        OR CASE WHEN JSON_VALID(child.model_config) THEN JSON_UNQUOTE(JSON_EXTRACT(child.model_config,
+            '$._branched_from')) COLLATE utf8mb4_unicode_ci END IS NOT NULL
+        AND CASE WHEN JSON_VALID(child.model_config) THEN JSON_UNQUOTE(JSON_EXTRACT(child.model_config,
+            '$._branched_from')) COLLATE utf8mb4_unicode_ci END = child.parent_session_id
+        OR CASE WHEN JSON_VALID(child.model_config) THEN JSON_UNQUOTE(JSON_EXTRACT(child.model_config,
+            '$._delegate_from')) COLLATE utf8mb4_unicode_ci END IS NOT NULL
+        AND CASE WHEN JSON_VALID(child.model_config) THEN JSON_UNQUOTE(JSON_EXTRACT(child.model_config,
+            '$._delegate_from')) COLLATE utf8mb4_unicode_ci END = child.parent_session_id
+        OR CASE WHEN JSON_VALID(child.model_config) THEN JSON_UNQUOTE(JSON_EXTRACT(child.model_config,
+            '$._reset_from')) COLLATE utf8mb4_unicode_ci END IS NOT NULL
+        AND CASE WHEN JSON_VALID(child.model_config) THEN JSON_UNQUOTE(JSON_EXTRACT(child.model_config,
+            '$._reset_from')) COLLATE utf8mb4_unicode_ci END = child.parent_session_id) THEN 1 ELSE 0 END = 0;

@@ -10,19 +10,33 @@ WITH RECURSIVE picked AS (
   LIMIT :limit
   FOR UPDATE SKIP LOCKED
 ),
-lineage(start, node, up, depth, path) AS (
+lineage(start, node, up, depth, path, forked) AS (
   SELECT CAST(picked.id AS VARCHAR(255)) AS start, CAST(picked.id AS VARCHAR(255)) AS node,
       lineage_first.parent_session_id AS up, 0 AS depth,
-      CAST(ARRAY[CAST(picked.id AS VARCHAR(255))] AS VARCHAR[]) AS path
+      CAST(ARRAY[CAST(picked.id AS VARCHAR(255))] AS VARCHAR[]) AS path,
+      CASE WHEN (lineage_first.source = 'tool'
+          OR substring(lineage_first.model_config from '"_branched_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(lineage_first.model_config from '"_branched_from"\s*:\s*"([^"]*)"') = lineage_first.parent_session_id
+          OR substring(lineage_first.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(lineage_first.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') = lineage_first.parent_session_id
+          OR substring(lineage_first.model_config from '"_reset_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(lineage_first.model_config from '"_reset_from"\s*:\s*"([^"]*)"') = lineage_first.parent_session_id) THEN 1 ELSE 0 END AS forked
   FROM picked
   LEFT OUTER JOIN sessions AS lineage_first ON lineage_first.id = picked.id
   UNION ALL
   SELECT lineage.start AS start, lineage_parent.id AS id,
       lineage_parent.parent_session_id AS parent_session_id, lineage.depth + 1 AS anon_4,
-      array_append(lineage.path, lineage_parent.id) AS array_append_1
+      array_append(lineage.path, lineage_parent.id) AS array_append_1,
+      CASE WHEN (lineage_parent.source = 'tool'
+          OR substring(lineage_parent.model_config from '"_branched_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(lineage_parent.model_config from '"_branched_from"\s*:\s*"([^"]*)"') = lineage_parent.parent_session_id
+          OR substring(lineage_parent.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(lineage_parent.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') = lineage_parent.parent_session_id
+          OR substring(lineage_parent.model_config from '"_reset_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(lineage_parent.model_config from '"_reset_from"\s*:\s*"([^"]*)"') = lineage_parent.parent_session_id) THEN 1 ELSE 0 END AS anon_5
   FROM lineage
   JOIN sessions AS lineage_parent ON lineage_parent.id = lineage.up
-  WHERE lineage_parent.end_reason = 'compression' AND lineage.depth < 100
+  WHERE lineage_parent.end_reason = 'compression' AND lineage.depth < 100 AND lineage.forked = 0
       AND lineage_parent.id != ALL (lineage.path)
 ),
 lineage_roots AS (
@@ -41,8 +55,8 @@ chosen AS (
 ),
 taken AS (
   INSERT INTO session_turn_leases (conversation_id, holder, acquired_at, expires_at)
-  SELECT chosen.conversation AS conversation, chosen.holder AS holder, :now AS anon_5,
-      :turn_until AS anon_6
+  SELECT chosen.conversation AS conversation, chosen.holder AS holder, :now AS anon_6,
+      :turn_until AS anon_7
   FROM chosen
   ORDER BY chosen.conversation
   ON CONFLICT (conversation_id) DO UPDATE

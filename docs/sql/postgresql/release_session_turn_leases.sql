@@ -5,21 +5,35 @@ WITH RECURSIVE release_given AS (
   SELECT anon_1.id AS id, anon_1.holder AS holder
   FROM unnest(:release_ids::VARCHAR[], :release_holders::VARCHAR[]) AS anon_1(id, holder)
 ),
-release_lineage(start, node, up, depth, path) AS (
+release_lineage(start, node, up, depth, path, forked) AS (
   SELECT CAST(release_given.id AS VARCHAR(255)) AS start,
       CAST(release_given.id AS VARCHAR(255)) AS node, release_lineage_first.parent_session_id AS up,
-      0 AS depth, CAST(ARRAY[CAST(release_given.id AS VARCHAR(255))] AS VARCHAR[]) AS path
+      0 AS depth, CAST(ARRAY[CAST(release_given.id AS VARCHAR(255))] AS VARCHAR[]) AS path,
+      CASE WHEN (release_lineage_first.source = 'tool'
+          OR substring(release_lineage_first.model_config from '"_branched_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(release_lineage_first.model_config from '"_branched_from"\s*:\s*"([^"]*)"') = release_lineage_first.parent_session_id
+          OR substring(release_lineage_first.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(release_lineage_first.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') = release_lineage_first.parent_session_id
+          OR substring(release_lineage_first.model_config from '"_reset_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(release_lineage_first.model_config from '"_reset_from"\s*:\s*"([^"]*)"') = release_lineage_first.parent_session_id) THEN 1 ELSE 0 END AS forked
   FROM release_given
   LEFT OUTER JOIN sessions AS release_lineage_first ON release_lineage_first.id = release_given.id
   UNION ALL
   SELECT release_lineage.start AS start, release_lineage_parent.id AS id,
       release_lineage_parent.parent_session_id AS parent_session_id,
       release_lineage.depth + 1 AS anon_2, array_append(release_lineage.path,
-          release_lineage_parent.id) AS array_append_1
+          release_lineage_parent.id) AS array_append_1,
+      CASE WHEN (release_lineage_parent.source = 'tool'
+          OR substring(release_lineage_parent.model_config from '"_branched_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(release_lineage_parent.model_config from '"_branched_from"\s*:\s*"([^"]*)"') = release_lineage_parent.parent_session_id
+          OR substring(release_lineage_parent.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(release_lineage_parent.model_config from '"_delegate_from"\s*:\s*"([^"]*)"') = release_lineage_parent.parent_session_id
+          OR substring(release_lineage_parent.model_config from '"_reset_from"\s*:\s*"([^"]*)"') IS NOT NULL
+          AND substring(release_lineage_parent.model_config from '"_reset_from"\s*:\s*"([^"]*)"') = release_lineage_parent.parent_session_id) THEN 1 ELSE 0 END AS anon_3
   FROM release_lineage
   JOIN sessions AS release_lineage_parent ON release_lineage_parent.id = release_lineage.up
   WHERE release_lineage_parent.end_reason = 'compression' AND release_lineage.depth < 100
-      AND release_lineage_parent.id != ALL (release_lineage.path)
+      AND release_lineage.forked = 0 AND release_lineage_parent.id != ALL (release_lineage.path)
 ),
 release_lineage_roots AS (
   SELECT DISTINCT ON (release_lineage.start) release_lineage.start AS id,
