@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -17,12 +19,21 @@ from sqlalchemy.engine import URL
 
 from . import notify, titles
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
-from .errors import DatabaseBusyError, InvalidInputError, ReadOnlyDatabaseError, missing_database
+from .errors import (
+    DatabaseBusyError,
+    DatabaseError,
+    HermesStateError,
+    InvalidInputError,
+    ReadOnlyDatabaseError,
+    missing_database,
+)
 from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
 from .operations import SyncOperations
 from .plans import ATTEMPT, LeaseWait, Ownership, Plan, PlanBook, lease_patience
 from .schema import ensure_current, ensure_readable
 from .validation import require_identifier, require_seconds
+
+logger = logging.getLogger("hermes_state")
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -144,12 +155,9 @@ class SessionDB(StoreSettings, SyncOperations):
         except BaseException:
             engine.dispose()
             raise
-        runner_type: type[PooledRunner] = PooledRunner
-        if embedded:
-            runner_type = SqliteThreadRunner
-        elif self.url.get_backend_name() == "postgresql":
-            runner_type = PostgresRunner
-        self._runner: Runner = runner_type(engine, self._patience, self.where)
+        self._runner: Runner = self._new_runner(engine)
+        self._closed = False
+        self._reopening = threading.Lock()
         #: Entered for the whole of every call, as upstream's store enters its own lock. The
         #: store needs none (its runner keeps each thread on its own connection and serializes
         #: what SQLite must), so by default it is a no-op: calls on other threads run side by
@@ -168,27 +176,69 @@ class SessionDB(StoreSettings, SyncOperations):
     ) -> None:
         self.close()
 
+    def _new_runner(self, engine: Engine) -> Runner:
+        runner_type: type[PooledRunner] = PooledRunner
+        if is_sqlite(self.url):
+            runner_type = SqliteThreadRunner
+        elif self.url.get_backend_name() == "postgresql":
+            runner_type = PostgresRunner
+        return runner_type(engine, self._patience, self.where)
+
     def close(self) -> None:
-        """Close every connection the store holds; the store cannot be used afterwards."""
-        self._runner.close()
+        """Close every connection the store holds (again: nothing to do). A later call opens
+        the database again, with a warning, as upstream's store does for a worker still
+        flushing when its session was torn down; a read-only store refuses instead."""
+        with self._reopening:
+            self._closed = True
+            self._runner.close()
+
+    def _live_runner(self) -> Runner:
+        if not self._closed:
+            return self._runner
+        with self._reopening:
+            if self._closed:
+                if self.read_only:
+                    raise DatabaseError(
+                        f"this read-only store of {self.where} was closed; open a new one"
+                    )
+                logger.warning(
+                    "the store of %s was closed while a call was still in flight; reopening it",
+                    self.where,
+                )
+                # The schema was current when the store opened; only the connections go.
+                self._runner = self._new_runner(make_engine(self.url))
+                self._closed = False
+            return self._runner
 
     @property
-    def _conn(self) -> sqlite3.Connection:
-        """SQLite: the calling thread's own DBAPI connection (upstream code reaches for it).
+    def _conn(self) -> sqlite3.Connection | None:
+        """SQLite: the calling thread's own DBAPI connection (upstream code reaches for it);
+        None once the store is closed (the next call reopens it).
 
         Statements sent on it run outside the store's transactions; prefer
         :meth:`_execute_write` for writes. Server databases have no such connection.
         """
-        runner = self._runner
-        if not isinstance(runner, SqliteThreadRunner):
+        if not isinstance(self._runner, SqliteThreadRunner):
             raise AttributeError(f"{self.where} is not SQLite: it has no _conn; use _execute_write")
+        if self._closed:
+            return None
+        runner = self._live_runner()
+        assert isinstance(runner, SqliteThreadRunner)
         return runner.thread_connection()
 
     def _run(self, plan: Plan[T]) -> T:
         if plan.writes and self.read_only:
             raise self._refuse_write()
         with self._lock:
-            return self._runner.run(plan)
+            runner = self._live_runner()
+            try:
+                return runner.run(plan)
+            except HermesStateError:
+                if not self._closed and runner is self._runner:
+                    raise
+            # Closed under this call: its transaction did not commit (a commit that had
+            # happened would have returned), so it runs again, whole, on the reopened store.
+            return self._live_runner().run(plan)
 
     def _refuse_write(self) -> ReadOnlyDatabaseError:
         return ReadOnlyDatabaseError(f"this store of {self.where} was opened read-only")
@@ -200,7 +250,7 @@ class SessionDB(StoreSettings, SyncOperations):
         if self.read_only:
             raise self._refuse_write()
         with self._lock:
-            return self._runner.run_callable(fn)
+            return self._live_runner().run_callable(fn)
 
     # -- written here rather than generated (surface.HAND_WRITTEN) ----------------------------
 
@@ -274,7 +324,7 @@ class SessionDB(StoreSettings, SyncOperations):
 
     def handoff_change_token(self) -> int | None:
         # Declared in surface.Store: the runner's PRAGMA data_version (SQLite), None on servers.
-        return self._runner.change_token()
+        return self._live_runner().change_token()
 
 
 if TYPE_CHECKING:
