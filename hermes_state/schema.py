@@ -86,7 +86,7 @@ def target_dialect(connection: Connection) -> str:
 
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
-HEAD_REVISION: Final = "0006_upstream_schema30"
+HEAD_REVISION: Final = "0007_routing_key_repair"
 VERSION_TABLE: Final = "hermes_state_alembic_version"
 #: What ``db current``, ``db check`` and ``db copy`` call a database without a revision.
 NO_REVISION: Final = "base"
@@ -162,7 +162,15 @@ def look_at_sqlite_file(url: URL) -> FileState:
             columns = {row[1] for row in connection.execute("PRAGMA table_info(sessions)")}
             if columns >= HERMES_SESSION_COLUMNS:
                 return FileState(FileKind.HERMES, None)
+        elif tables and tables <= _upstream_side_tables():
+            return FileState(FileKind.HERMES, None)  # upstream's, without its sessions yet
     return FileState(FileKind.FOREIGN if tables else FileKind.NEW, None)
+
+
+def _upstream_side_tables() -> set[str]:
+    from .models import UPSTREAM_SIDE_TABLES
+
+    return set(UPSTREAM_SIDE_TABLES)
 
 
 def upstream_schema_of(url: URL) -> int | None:

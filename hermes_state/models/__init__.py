@@ -31,6 +31,7 @@ from .tables import (
 from .upstream import (
     APPLICATION_TABLES,
     UPSTREAM_SCHEMA_VERSION,
+    UPSTREAM_SIDE_TABLES,
     async_delegations,
     compression_locks,
     conversation_generations,
@@ -76,6 +77,7 @@ __all__ = [
     "NAMING_CONVENTION",
     "REQUESTABLE_STATES",
     "UPSTREAM_SCHEMA_VERSION",
+    "UPSTREAM_SIDE_TABLES",
     "AgentSession",
     "AsyncDelegation",
     "Base",

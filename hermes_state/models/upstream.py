@@ -33,6 +33,7 @@ from .tables import ID_LENGTH, metadata
 __all__ = [
     "APPLICATION_TABLES",
     "UPSTREAM_SCHEMA_VERSION",
+    "UPSTREAM_SIDE_TABLES",
     "async_delegations",
     "compression_locks",
     "conversation_generations",
@@ -288,6 +289,25 @@ delivery_obligations = Table(
 )
 
 #: Upstream application tables, which the store never writes (adoption and copies keep them).
+#: Every table of upstream's own besides ``sessions`` and ``messages``: a file holding only
+#: some of these (upstream's store started on it and stopped before its sessions table, or an
+#: old upstream left a routing table behind) is upstream's, not another application's.
+UPSTREAM_SIDE_TABLES: Final = (
+    "schema_version",
+    "system_prompts",
+    "state_meta",
+    "session_model_usage",
+    "gateway_routing",
+    "gateway_hygiene_state",
+    "conversation_generations",
+    "gateway_heartbeats",
+    "compression_locks",
+    "async_delegations",
+    "telegram_dm_topic_mode",
+    "telegram_dm_topic_bindings",
+    "delivery_obligations",
+)
+
 APPLICATION_TABLES: Final = (
     "gateway_routing",
     "gateway_hygiene_state",
