@@ -340,3 +340,30 @@ class SyncOperations:
         the failures of the last hour with their most common errors.
         """
         return self._run(self._plans.handoff_stats())
+
+    def set_session_archived(self, session_id: str, archived: bool) -> bool:
+        """Archive (or unarchive) the session and its whole compression lineage: every ancestor
+        reached through parents that ended by compression and every continuation below them.
+        Archiving only hides; messages stay. False for an unknown id.
+        """
+        return self._run(self._plans.set_session_archived(session_id=session_id, archived=archived))
+
+    def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
+        """Pin (or unpin) the session's compression lineage. Pinning also unhides it, except
+        upstream's canonical Bot Chat (a hidden session titled "Bot Chat"), which stays hidden.
+        False for an unknown id.
+        """
+        return self._run(self._plans.set_session_pinned(session_id=session_id, pinned=pinned))
+
+    def set_session_hidden(self, session_id: str, hidden: bool) -> bool:
+        """Hide (or show) the session's compression lineage in default listings; a hidden
+        session can still be resumed. False for an unknown id.
+        """
+        return self._run(self._plans.set_session_hidden(session_id=session_id, hidden=hidden))
+
+    def set_session_read(self, session_id: str, read: bool = True) -> bool:
+        """Mark the session's compression lineage read (``last_read_at`` = now) or unread
+        (``last_read_at`` = 0.0): a watermark, unread while activity is newer than it (NULL:
+        never tracked, which reads as read). False for an unknown id.
+        """
+        return self._run(self._plans.set_session_read(session_id=session_id, read=read))

@@ -274,6 +274,31 @@ def _stats(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+#: The lineage-wide flags: upstream's walk of the session's compression lineage, then one
+#: update per session of it.
+_PER_SEGMENT = "once per session of the lineage"
+
+
+def _lineage_flag(column: str) -> Callable[[Capabilities], list[Sent]]:
+    return lambda _caps: [
+        _sent(S.lineage_ids),
+        _sent(S.set_lineage_flag, column, note=_PER_SEGMENT),
+    ]
+
+
+def _pin(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.lineage_ids),
+        _sent(S.set_lineage_flag, "pinned", note=_PER_SEGMENT),
+        _sent(S.pin_guard, note="when pinning"),
+        _sent(
+            S.set_lineage_flag,
+            "hidden",
+            note="when pinning anything but the hidden canonical Bot Chat: " + _PER_SEGMENT,
+        ),
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A store operation (a method of :class:`~hermes_state.SessionDB`), called as ``call``
@@ -300,6 +325,7 @@ _TURNS = "Session turn leases"
 _AUDIT = "Audit trail"
 _READS = "Reads"
 _TITLES = "Titles"
+_FLAGS = "Session flags, ids and meta"
 
 _O = Operation
 #: Every operation, in the order of the index; a variant is an operation called with the
@@ -598,6 +624,28 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "get_next_title_in_lineage(base_title)",
         _only(S.lineage),
+    ),
+    _O(
+        _FLAGS,
+        "set_session_archived",
+        "",
+        "set_session_archived(session_id, archived)",
+        _lineage_flag("archived"),
+    ),
+    _O(_FLAGS, "set_session_pinned", "", "set_session_pinned(session_id, pinned)", _pin),
+    _O(
+        _FLAGS,
+        "set_session_hidden",
+        "",
+        "set_session_hidden(session_id, hidden)",
+        _lineage_flag("hidden"),
+    ),
+    _O(
+        _FLAGS,
+        "set_session_read",
+        "",
+        "set_session_read(session_id, read)",
+        _lineage_flag("last_read_at"),
     ),
 )
 

@@ -59,6 +59,12 @@ from .reads import (
 )
 from .reads import count_sessions as count_sessions
 from .reads import list_sessions as list_sessions
+from .session_flags import (
+    LINEAGE_FLAGS,
+    lineage_ids,
+    pin_guard,
+    set_lineage_flag,
+)
 from .titles import get_title, lineage, session_by_title, set_title, title_holder
 from .transcript import (
     append_message,
@@ -99,6 +105,7 @@ __all__ = [
     "DELIVERY_HOLDER",
     "EVENT_COLUMNS",
     "HANDOFF_CHANNEL",
+    "LINEAGE_FLAGS",
     "MESSAGE_FIELDS",
     "SESSION_FIELDS",
     "Capabilities",
@@ -136,10 +143,12 @@ __all__ = [
     "insert_turn_lease",
     "last_handoff_event_id",
     "lineage",
+    "lineage_ids",
     "lineage_parent",
     "list_handoffs",
     "notify_handoff_requested",
     "oldest_pending_requested_at",
+    "pin_guard",
     "prune_events",
     "recent_failed_events",
     "recent_failures",
@@ -154,6 +163,7 @@ __all__ = [
     "running_by_owner",
     "session_by_title",
     "session_columns",
+    "set_lineage_flag",
     "set_title",
     "state_is",
     "title_holder",

@@ -108,6 +108,7 @@ FRAGMENTS = (
     "claim_pending_handoffs(100)",
     'try_acquire_session_turn_lease("s1", "cli:pid=4242"',
     "get_next_title_in_lineage(",
+    'db.set_session_archived("tip", True)',
 )
 
 
@@ -186,6 +187,13 @@ def test_the_titles_example(tmp_path: Path, isolated_home: Path) -> None:
     with SessionDB(isolated_home / "state.db") as db:
         assert db.get_session_title("t1") == "quarterly report"
         assert db.get_session_title("t2") == "quarterly report #2"
+
+
+def test_the_session_flags_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.set_session_archived("tip", True)'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert [db.get_session(s)["archived"] for s in ("root", "tip")] == [1, 1]  # type: ignore[index]
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

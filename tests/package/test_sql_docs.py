@@ -343,6 +343,10 @@ EXAMPLES: dict[str, Example] = {
     "get_handoff_state": _now(lambda db: db.get_handoff_state("idle")),
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),
+    "set_session_archived": _now(lambda db: db.set_session_archived("seg", True)),
+    "set_session_pinned": _now(lambda db: db.set_session_pinned("seg", True)),
+    "set_session_hidden": _now(lambda db: db.set_session_hidden("seg", True)),
+    "set_session_read": _now(lambda db: db.set_session_read("seg", False)),
 }
 
 

@@ -1,0 +1,75 @@
+"""Session flags (archived, pinned, hidden, read) set across a compression lineage, and the
+reads and writes of session ids, ``state_meta``, compression chains and session deletion."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Final
+
+from sqlalchemy import CompoundSelect, Select, Update, bindparam, literal_column, select, update
+
+from ..models import sessions
+from .core import _c
+
+#: The ``end_reason`` of a session that compression ended and continued in a child session.
+COMPRESSION: Final = "compression"
+#: The columns the lineage flag operations set (each gets its own cached statement).
+LINEAGE_FLAGS: Final = ("archived", "pinned", "hidden", "last_read_at")
+
+
+def _compression() -> Any:
+    return literal_column(f"'{COMPRESSION}'")
+
+
+@functools.cache
+def lineage_ids() -> CompoundSelect[Any]:
+    """The ids of ``:session_id``'s compression lineage: the session, every ancestor reached
+    through parents that ended by compression, and every descendant reached through children
+    of a session that ended by compression (upstream's lineage-wide flag rule). Empty for an
+    unknown id. ``UNION`` (not ``UNION ALL``) ends the walk on a cycle written by hand."""
+    up = select(_c.id).where(_c.id == bindparam("session_id")).cte("ancestors", recursive=True)
+    child = sessions.alias("up_child")
+    parent = sessions.alias("up_parent")
+    up = up.union(
+        select(parent.c.id)
+        .select_from(
+            up.join(child, child.c.id == up.c.id).join(
+                parent, parent.c.id == child.c.parent_session_id
+            )
+        )
+        .where(parent.c.end_reason == _compression())
+    )
+    down = select(_c.id).where(_c.id == bindparam("session_id")).cte("descendants", recursive=True)
+    above = sessions.alias("down_parent")
+    below = sessions.alias("down_child")
+    down = down.union(
+        select(below.c.id)
+        .select_from(
+            down.join(above, above.c.id == down.c.id).join(
+                below, below.c.parent_session_id == above.c.id
+            )
+        )
+        .where(above.c.end_reason == _compression())
+    )
+    return select(up.c.id).union(select(down.c.id))
+
+
+@functools.cache
+def set_lineage_flag(column: str) -> Update:
+    """Set ``column`` (one of :data:`LINEAGE_FLAGS`) to ``:value`` on ``:session_id``: sent
+    once per member of the lineage, so the text is the same for any lineage on every backend
+    (the fast runners send no expanding ``IN`` lists)."""
+    if column not in LINEAGE_FLAGS:
+        raise ValueError(f"{column!r} is not a lineage flag")
+    return (
+        update(sessions)
+        .where(_c.id == bindparam("session_id"))
+        .values({column: bindparam("value")})
+    )
+
+
+@functools.cache
+def pin_guard() -> Select[tuple[Any, Any]]:
+    """What pinning ``:session_id`` needs to know before it unhides the lineage: whether the
+    session is hidden and its title."""
+    return select(_c.hidden, _c.title).where(_c.id == bindparam("session_id"))

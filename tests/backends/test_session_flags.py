@@ -1,0 +1,144 @@
+"""Session flags, ids and meta on every backend and every kind of store: the archive, pin,
+hide and read flags set across a compression lineage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from hermes_state import InvalidInputTypeError, SessionDB
+from tests.support.digest import database_digest
+from tests.support.stores import HandClock
+
+FLAGS = ("archived", "pinned", "hidden", "last_read_at")
+
+
+def flags(db: SessionDB, session_id: str) -> dict[str, object]:
+    row = db.get_session(session_id)
+    assert row is not None, session_id
+    return {name: row[name] for name in FLAGS}
+
+
+def compressed(db: SessionDB, *segments: str, source: str = "cli") -> None:
+    """One conversation that compression split into ``segments``, oldest first: every segment
+    but the last ended by compression, each continued by the next."""
+    parent = None
+    for number, segment in enumerate(segments):
+        ended = number < len(segments) - 1
+        db.create_session(
+            segment,
+            source,
+            parent_session_id=parent,
+            started_at=100.0 + number,
+            ended_at=100.5 + number if ended else None,
+            end_reason="compression" if ended else None,
+        )
+        parent = segment
+
+
+def test_archiving_any_segment_archives_the_whole_conversation(any_store: SessionDB) -> None:
+    compressed(any_store, "root", "mid", "tip")
+    any_store.create_session("other", "cli")
+    assert any_store.set_session_archived("tip", True) is True
+    assert [flags(any_store, s)["archived"] for s in ("root", "mid", "tip")] == [1, 1, 1]
+    assert flags(any_store, "other")["archived"] == 0
+    assert any_store.set_session_archived("mid", True) is True  # already archived: still True
+    assert any_store.set_session_archived("root", False) is True
+    assert [flags(any_store, s)["archived"] for s in ("root", "mid", "tip")] == [0, 0, 0]
+
+
+def test_a_flag_follows_compression_edges_only(any_store: SessionDB) -> None:
+    """A child of a session that did not end by compression (a branch, a subagent) is its own
+    conversation; a child of a compressed segment is a continuation, whatever else it is."""
+    any_store.create_session("live", "cli")
+    any_store.create_session("branch", "cli", parent_session_id="live")
+    compressed(any_store, "root", "tip")
+    any_store.create_session("sibling", "cli", parent_session_id="root")
+    assert any_store.set_session_hidden("live", True) is True
+    assert (flags(any_store, "live")["hidden"], flags(any_store, "branch")["hidden"]) == (1, 0)
+    assert any_store.set_session_hidden("branch", True) is True
+    assert flags(any_store, "live")["hidden"] == 1  # its parent ended by no compression
+    assert any_store.set_session_hidden("sibling", True) is True
+    # Up from the session and down from it, not down again from its ancestors (upstream's
+    # walk): the other continuation of root keeps its flag.
+    assert [flags(any_store, s)["hidden"] for s in ("root", "tip", "sibling")] == [1, 0, 1]
+    assert any_store.set_session_hidden("root", False) is True
+    assert [flags(any_store, s)["hidden"] for s in ("root", "tip", "sibling")] == [0, 0, 0]
+
+
+def test_pinning_unhides_except_the_canonical_bot_chat(any_store: SessionDB) -> None:
+    compressed(any_store, "root", "tip")
+    assert any_store.set_session_hidden("root", True)
+    assert any_store.set_session_pinned("tip", True) is True
+    assert [flags(any_store, s)["pinned"] for s in ("root", "tip")] == [1, 1]
+    assert [flags(any_store, s)["hidden"] for s in ("root", "tip")] == [0, 0]
+    assert any_store.set_session_hidden("tip", True)
+    assert any_store.set_session_pinned("tip", False) is True  # unpinning leaves hidden alone
+    assert (flags(any_store, "root")["pinned"], flags(any_store, "root")["hidden"]) == (0, 1)
+    any_store.create_session("bot", "desktop")
+    assert any_store.set_session_title("bot", "Bot Chat")
+    assert any_store.set_session_hidden("bot", True)
+    assert any_store.set_session_pinned("bot", True) is True
+    assert (flags(any_store, "bot")["pinned"], flags(any_store, "bot")["hidden"]) == (1, 1)
+    any_store.create_session("visible-bot", "desktop")
+    assert any_store.set_session_title("visible-bot", "Bot Chat #2")
+    assert any_store.set_session_hidden("visible-bot", True)
+    assert any_store.set_session_pinned("visible-bot", True)
+    assert flags(any_store, "visible-bot")["hidden"] == 0  # only the exact title is kept hidden
+
+
+def test_read_is_a_watermark_across_the_lineage(
+    new_any_store: Callable[..., SessionDB],
+) -> None:
+    clock = HandClock(5000.0)
+    db = new_any_store(clock=clock)
+    compressed(db, "root", "tip")
+    assert flags(db, "tip")["last_read_at"] is None  # never tracked
+    assert db.set_session_read("tip") is True
+    assert [flags(db, s)["last_read_at"] for s in ("root", "tip")] == [5000.0, 5000.0]
+    clock.advance(10.0)
+    assert db.set_session_read("root", False) is True
+    assert [flags(db, s)["last_read_at"] for s in ("root", "tip")] == [0.0, 0.0]
+    assert db.set_session_read("root", read=True) is True
+    assert flags(db, "tip")["last_read_at"] == 5010.0
+
+
+def test_flags_of_an_unknown_session_change_nothing(any_store: SessionDB) -> None:
+    any_store.create_session("s1", "cli")
+    before = database_digest(any_store.url)
+    assert any_store.set_session_archived("ghost", True) is False
+    assert any_store.set_session_pinned("ghost", True) is False
+    assert any_store.set_session_hidden("ghost", True) is False
+    assert any_store.set_session_read("ghost") is False
+    assert any_store.set_session_read("ghost", False) is False
+    assert database_digest(any_store.url) == before
+
+
+def test_a_lineage_that_loops_is_walked_once(any_store: SessionDB) -> None:
+    any_store.create_session("a", "cli", end_reason="compression", parent_session_id="b")
+    any_store.create_session("b", "cli", end_reason="compression", parent_session_id="a")
+    assert any_store.set_session_archived("a", True) is True
+    assert (flags(any_store, "a")["archived"], flags(any_store, "b")["archived"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda db: db.set_session_archived(7, True),
+        lambda db: db.set_session_archived("s1", "yes"),
+        lambda db: db.set_session_pinned("s1", None),
+        lambda db: db.set_session_hidden("s1", 2),
+        lambda db: db.set_session_read("s1", "no"),
+    ],
+)
+def test_bad_flag_arguments_are_refused_before_any_write(
+    any_store: SessionDB, call: Callable[[SessionDB], object]
+) -> None:
+    any_store.create_session("s1", "cli")
+    before = database_digest(any_store.url)
+    with pytest.raises(InvalidInputTypeError):
+        call(any_store)
+    assert database_digest(any_store.url) == before
+    assert any_store.set_session_hidden("s1", 1) is True  # upstream's callers pass 1/0 too
+    assert flags(any_store, "s1")["hidden"] == 1
