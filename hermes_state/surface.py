@@ -433,5 +433,11 @@ class Store(Protocol):
         """
         ...
 
+    def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        """The id of the session named exactly, else of the one session whose id starts with
+        the prefix (``%`` and ``_`` match only themselves), else None: no match, or several.
+        """
+        ...
+
 
 from .operations import AsyncStore  # noqa: E402  (generated from Store, above)

@@ -377,3 +377,11 @@ class AsyncOperations:
         never tracked, which reads as read). False for an unknown id.
         """
         return await self._run(self._plans.set_session_read(session_id=session_id, read=read))
+
+    async def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        """The id of the session named exactly, else of the one session whose id starts with
+        the prefix (``%`` and ``_`` match only themselves), else None: no match, or several.
+        """
+        return await self._run(
+            self._plans.resolve_session_id(session_id_or_prefix=session_id_or_prefix)
+        )

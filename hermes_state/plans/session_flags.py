@@ -8,8 +8,13 @@ from typing import Any, Final
 from .. import statements
 from ..errors import InvalidInputTypeError
 from ..statements import Capabilities
-from ..validation import require_identifier
+from ..statements.titles import LIKE_ESCAPE
+from ..validation import require_identifier, require_str
 from .core import Body, Plan, Step
+
+#: How many prefix matches ``resolve_session_id`` reads: two tell a unique match from an
+#: ambiguous one.
+PREFIX_MATCHES: Final = 2
 
 #: The title of upstream's canonical Bot Chat: a hidden session with this title stays hidden
 #: when it is pinned (its desktop reaches it only through the bot).
@@ -61,6 +66,25 @@ def _set_pinned(_caps: Capabilities, session_id: str, pinned: bool) -> Body[bool
     return matched > 0
 
 
+def prefix_pattern(prefix: str) -> str:
+    """A LIKE pattern (escaped with :data:`~hermes_state.statements.titles.LIKE_ESCAPE`) for the
+    ids that start with ``prefix``: its ``%``, ``_`` and escape character match only themselves."""
+    escape = LIKE_ESCAPE
+    escaped = (
+        prefix.replace(escape, escape * 2).replace("%", f"{escape}%").replace("_", f"{escape}_")
+    )
+    return f"{escaped}%"
+
+
+def _resolve_id(_caps: Capabilities, given: str) -> Body[str | None]:
+    exact = yield Step(statements.session_exists(), {"session_id": given})
+    if exact.rows:
+        return str(exact.rows[0]["id"])
+    params = {"pattern": prefix_pattern(given), "limit": PREFIX_MATCHES}
+    matches = yield Step(statements.ids_with_prefix(), params)
+    return str(matches.rows[0]["id"]) if len(matches.rows) == 1 else None
+
+
 class SessionFlagPlans:
     """The session flag, id and meta operations of :class:`~hermes_state.plans.PlanBook`."""
 
@@ -85,3 +109,10 @@ class SessionFlagPlans:
         # last_read_at is a watermark: read now, or 0.0 (older than any activity) for unread.
         watermark = self.clock() if _require_bool("read", read) else 0.0
         return self._flag_plan("last_read_at", session_id, watermark)
+
+    def resolve_session_id(self, session_id_or_prefix: object) -> Plan[str | None]:
+        # Any str, as upstream: "" is a prefix of every id (unique only in a one-session store).
+        given = require_str("session_id_or_prefix", session_id_or_prefix)
+        if not given.isprintable():  # control characters or lone surrogates: refused, named
+            require_identifier("session_id_or_prefix", given)
+        return Plan(_resolve_id, given, writes=False, single_statement=False)

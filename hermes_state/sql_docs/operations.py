@@ -299,6 +299,13 @@ def _pin(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _resolve_id(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.session_exists),
+        _sent(S.ids_with_prefix, note="when no session has exactly this id"),
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A store operation (a method of :class:`~hermes_state.SessionDB`), called as ``call``
@@ -646,6 +653,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "set_session_read(session_id, read)",
         _lineage_flag("last_read_at"),
+    ),
+    _O(
+        _FLAGS,
+        "resolve_session_id",
+        "",
+        "resolve_session_id(session_id_or_prefix)",
+        _resolve_id,
     ),
 )
 

@@ -61,8 +61,10 @@ from .reads import count_sessions as count_sessions
 from .reads import list_sessions as list_sessions
 from .session_flags import (
     LINEAGE_FLAGS,
+    ids_with_prefix,
     lineage_ids,
     pin_guard,
+    session_exists,
     set_lineage_flag,
 )
 from .titles import get_title, lineage, session_by_title, set_title, title_holder
@@ -139,6 +141,7 @@ __all__ = [
     "handoff_events_after",
     "handoff_history",
     "has_pending_handoffs",
+    "ids_with_prefix",
     "insert_session",
     "insert_turn_lease",
     "last_handoff_event_id",
@@ -163,6 +166,7 @@ __all__ = [
     "running_by_owner",
     "session_by_title",
     "session_columns",
+    "session_exists",
     "set_lineage_flag",
     "set_title",
     "state_is",

@@ -10,6 +10,7 @@ from sqlalchemy import CompoundSelect, Select, Update, bindparam, literal_column
 
 from ..models import sessions
 from .core import _c
+from .titles import LIKE_ESCAPE
 
 #: The ``end_reason`` of a session that compression ended and continued in a child session.
 COMPRESSION: Final = "compression"
@@ -73,3 +74,21 @@ def pin_guard() -> Select[tuple[Any, Any]]:
     """What pinning ``:session_id`` needs to know before it unhides the lineage: whether the
     session is hidden and its title."""
     return select(_c.hidden, _c.title).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def session_exists() -> Select[tuple[Any]]:
+    """The id of the session ``:session_id``, when it exists."""
+    return select(_c.id).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def ids_with_prefix() -> Select[tuple[Any]]:
+    """At most ``:limit`` ids matching ``:pattern`` (a LIKE prefix, escaped with
+    ``LIKE_ESCAPE``), newest first."""
+    return (
+        select(_c.id)
+        .where(_c.id.like(bindparam("pattern"), escape=LIKE_ESCAPE))
+        .order_by(_c.started_at.desc(), _c.id.desc())
+        .limit(bindparam("limit"))
+    )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from hermes_state import InvalidInputTypeError, SessionDB
+from hermes_state import InvalidInputError, InvalidInputTypeError, SessionDB
 from tests.support.digest import database_digest
 from tests.support.stores import HandClock
 
@@ -142,3 +142,47 @@ def test_bad_flag_arguments_are_refused_before_any_write(
     assert database_digest(any_store.url) == before
     assert any_store.set_session_hidden("s1", 1) is True  # upstream's callers pass 1/0 too
     assert flags(any_store, "s1")["hidden"] == 1
+
+
+# -- resolving an id from a prefix -------------------------------------------------------------
+
+
+def test_an_id_resolves_exactly_then_by_unique_prefix(any_store: SessionDB) -> None:
+    any_store.create_session("20260315_092437_c9a6ff", "cli", started_at=10.0)
+    any_store.create_session("20260315X092437_c9a6ff", "cli", started_at=20.0)
+    any_store.create_session("20260315_092437_c9a6", "cli", started_at=5.0)
+    # An exact id wins over the longer ids it is a prefix of.
+    assert any_store.resolve_session_id("20260315_092437_c9a6") == "20260315_092437_c9a6"
+    assert any_store.resolve_session_id("20260315X") == "20260315X092437_c9a6ff"
+    # "_" is a character of the prefix, not LIKE's any-character: one id starts with it.
+    assert any_store.resolve_session_id("20260315_092437_c9a6f") == "20260315_092437_c9a6ff"
+    assert any_store.resolve_session_id("20260315") is None  # three ids start so: ambiguous
+    assert any_store.resolve_session_id("2026%") is None  # "%" matches only itself
+    assert any_store.resolve_session_id("nothing") is None
+
+
+def test_the_like_escape_character_is_an_ordinary_character(any_store: SessionDB) -> None:
+    any_store.create_session("team/a%b_c", "cli")
+    any_store.create_session("team-x", "cli")
+    assert any_store.resolve_session_id("team/") == "team/a%b_c"
+    assert any_store.resolve_session_id("team/a%b_") == "team/a%b_c"
+    assert any_store.resolve_session_id("team") is None
+
+
+def test_the_empty_prefix_resolves_only_the_only_session(any_store: SessionDB) -> None:
+    assert any_store.resolve_session_id("") is None
+    any_store.create_session("only", "cli")
+    assert any_store.resolve_session_id("") == "only"
+    any_store.create_session("second", "cli")
+    assert any_store.resolve_session_id("") is None
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [(7, InvalidInputTypeError), (None, InvalidInputTypeError), ("a\x00b", InvalidInputError)],
+)
+def test_a_prefix_that_is_no_text_is_refused(
+    any_store: SessionDB, given: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        any_store.resolve_session_id(given)  # type: ignore[arg-type]

@@ -240,6 +240,7 @@ SAMPLES: dict[str, Any] = {
     "archived": True,
     "pinned": True,
     "hidden": True,
+    "session_id_or_prefix": "s-",
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {"create_session", "ensure_session", "try_acquire_session_turn_lease", "_execute_write"}
@@ -318,6 +319,7 @@ BAD = {
     "archived": "yes",
     "pinned": None,
     "hidden": 2,
+    "session_id_or_prefix": 7,
 }
 
 
