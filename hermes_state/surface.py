@@ -439,5 +439,14 @@ class Store(Protocol):
         """
         ...
 
+    def resolve_resume_session_id(self, session_id: str | None) -> str | None:
+        """The session a resume of ``session_id`` should load: first the live tip of its
+        compression chain (see ``get_compression_chain``), then, below the tip, the deepest
+        session holding messages along the newest child that is no fork (branch, delegate run,
+        reset successor or tool session), at most 32 steps down. The tip when none holds
+        messages; an unknown id, ``""`` and None come back as they are.
+        """
+        ...
+
 
 from .operations import AsyncStore  # noqa: E402  (generated from Store, above)

@@ -385,3 +385,12 @@ class AsyncOperations:
         return await self._run(
             self._plans.resolve_session_id(session_id_or_prefix=session_id_or_prefix)
         )
+
+    async def resolve_resume_session_id(self, session_id: str | None) -> str | None:
+        """The session a resume of ``session_id`` should load: first the live tip of its
+        compression chain (see ``get_compression_chain``), then, below the tip, the deepest
+        session holding messages along the newest child that is no fork (branch, delegate run,
+        reset successor or tool session), at most 32 steps down. The tip when none holds
+        messages; an unknown id, ``""`` and None come back as they are.
+        """
+        return await self._run(self._plans.resolve_resume_session_id(session_id=session_id))

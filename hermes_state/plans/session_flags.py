@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -10,7 +11,8 @@ from ..errors import InvalidInputTypeError
 from ..statements import Capabilities
 from ..statements.titles import LIKE_ESCAPE
 from ..validation import require_identifier, require_str
-from .core import Body, Plan, Step
+from .core import Body, Plan, Row, Step
+from .reads import _constant
 
 #: How many prefix matches ``resolve_session_id`` reads: two tell a unique match from an
 #: ambiguous one.
@@ -85,6 +87,127 @@ def _resolve_id(_caps: Capabilities, given: str) -> Body[str | None]:
     return str(matches.rows[0]["id"]) if len(matches.rows) == 1 else None
 
 
+# -- compression lineage -----------------------------------------------------------------------
+
+#: How far a compression chain is followed (upstream's bound: 100 cut real lineages short).
+MAX_CHAIN_LENGTH: Final = 1000
+#: How many sessions ``resolve_resume_session_id`` looks at below the compression tip.
+RESUME_WALK_STEPS: Final = 32
+#: Upstream's end reasons of a reset (``/new``, idle and daily resets): a child of a session
+#: ended so that shares its gateway key is the next conversation, not a continuation.
+RESET_END_REASONS: Final = frozenset(
+    {"session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired"}
+)
+_TOOL_SOURCE = "tool"
+_FORK_MARKERS = ("_branched_from", "_delegate_from", "_reset_from")
+
+
+def _model_config(row: Row) -> dict[str, Any]:
+    """The session's ``model_config`` as a dict; text that is no JSON object reads as empty."""
+    raw = row["model_config"]
+    if isinstance(raw, str) and raw.strip():
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _legacy_reset_child(row: Row) -> bool:
+    """A child written before reset markers existed: its parent ended by a reset and it rides
+    the parent's gateway key."""
+    key = row["session_key"]
+    return (
+        row["parent_end_reason"] in RESET_END_REASONS
+        and bool(key)
+        and key == row["parent_session_key"]
+    )
+
+
+def _forked(row: Row) -> bool:
+    """A branch, delegate run, reset successor or tool session: a child of its parent that is
+    a conversation of its own, whatever its parent's end."""
+    config = _model_config(row)
+    if any(config.get(marker) is not None for marker in _FORK_MARKERS):
+        return True
+    return _legacy_reset_child(row) or (row["source"] or "") == _TOOL_SOURCE
+
+
+def _last_active(row: Row) -> float:
+    """The newest of the session's activity stamp and its newest message, else its start."""
+    seen = [v for v in (row["last_activity_at"], row["last_message_at"]) if v is not None]
+    return float(max(seen)) if seen else float(row["started_at"])
+
+
+def _next_segment(children: list[Row]) -> str | None:
+    """The continuation compression published among ``children``, upstream's choice when there
+    are several: a segment compressed again, then a live one, then any; the most recently
+    active, then started, then the greatest id."""
+    continuations = [
+        row
+        for row in children
+        if row["parent_end_reason"] == statements.COMPRESSION and not _forked(row)
+    ]
+    if not continuations:
+        return None
+
+    def rank(row: Row) -> int:
+        if row["end_reason"] == statements.COMPRESSION:
+            return 0
+        return 1 if row["ended_at"] is None else 2
+
+    by_id = sorted(continuations, key=lambda row: str(row["id"]), reverse=True)
+    best = min(by_id, key=lambda row: (rank(row), -_last_active(row), -float(row["started_at"])))
+    return str(best["id"])
+
+
+def _chain(session_id: str) -> Body[tuple[list[str], list[Row]]]:
+    """The compression chain from ``session_id`` to its live tip, and the children of the tip."""
+    chain, seen, current = [session_id], {session_id}, session_id
+    children: list[Row] = []
+    for _ in range(MAX_CHAIN_LENGTH):
+        found = yield Step(statements.child_sessions(), {"session_id": current})
+        children = found.rows
+        following = _next_segment(children)
+        if following is None or following in seen:
+            break
+        chain.append(following)
+        seen.add(following)
+        current = following
+    else:
+        children = (yield Step(statements.child_sessions(), {"session_id": current})).rows
+    return chain, children
+
+
+def _resume_target(_caps: Capabilities, session_id: str) -> Body[str]:
+    chain, children = yield from _chain(session_id)
+    tip = chain[-1]
+    current, seen, deepest = tip, {tip}, None
+    for step in range(RESUME_WALK_STEPS):
+        if step:
+            children = (yield Step(statements.child_sessions(), {"session_id": current})).rows
+        found = yield Step(statements.has_messages(), {"session_id": current})
+        if found.rows and found.rows[0]["first"] is not None:
+            deepest = current
+        # Below the tip any child but a fork: the newest started holds the newest messages.
+        candidates = [row for row in children if not _forked(row)]
+        if not candidates:
+            break
+        following = str(max(candidates, key=lambda row: (row["started_at"], row["id"]))["id"])
+        if following in seen:
+            break
+        seen.add(following)
+        current = following
+    return deepest if deepest is not None else tip
+
+
+def _passthrough(name: str, value: object) -> str | None:
+    """Upstream's lineage reads answer an empty id (None or "") with itself: None here."""
+    if value is None or value == "":
+        return None
+    return require_identifier(name, value)
+
+
 class SessionFlagPlans:
     """The session flag, id and meta operations of :class:`~hermes_state.plans.PlanBook`."""
 
@@ -116,3 +239,9 @@ class SessionFlagPlans:
         if not given.isprintable():  # control characters or lone surrogates: refused, named
             require_identifier("session_id_or_prefix", given)
         return Plan(_resolve_id, given, writes=False, single_statement=False)
+
+    def resolve_resume_session_id(self, session_id: object) -> Plan[str | None]:
+        sid = _passthrough("session_id", session_id)
+        if sid is None:
+            return Plan(_constant, session_id, writes=False)
+        return Plan(_resume_target, sid, writes=False, single_statement=False)

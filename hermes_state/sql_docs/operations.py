@@ -306,6 +306,17 @@ def _resolve_id(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+#: The forward walk of a compression chain (:func:`hermes_state.plans.session_flags._chain`).
+_PER_SEGMENT_DOWN = "once, and once more per continuation down the compression chain"
+
+
+def _resume(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.child_sessions, note=_PER_SEGMENT_DOWN + ", then per step below the tip"),
+        _sent(S.has_messages, note="once per step from the tip down (at most 32)"),
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A store operation (a method of :class:`~hermes_state.SessionDB`), called as ``call``
@@ -660,6 +671,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "resolve_session_id(session_id_or_prefix)",
         _resolve_id,
+    ),
+    _O(
+        _FLAGS,
+        "resolve_resume_session_id",
+        "",
+        "resolve_resume_session_id(session_id)",
+        _resume,
     ),
 )
 

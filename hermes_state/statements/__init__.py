@@ -60,7 +60,10 @@ from .reads import (
 from .reads import count_sessions as count_sessions
 from .reads import list_sessions as list_sessions
 from .session_flags import (
+    COMPRESSION,
     LINEAGE_FLAGS,
+    child_sessions,
+    has_messages,
     ids_with_prefix,
     lineage_ids,
     pin_guard,
@@ -104,6 +107,7 @@ from .turn_leases import refresh_turn_leases as refresh_turn_leases
 from .turn_leases import release_turn_leases as release_turn_leases
 
 __all__ = [
+    "COMPRESSION",
     "DELIVERY_HOLDER",
     "EVENT_COLUMNS",
     "HANDOFF_CHANNEL",
@@ -118,6 +122,7 @@ __all__ = [
     "Transition",
     "append_message",
     "append_message_counted",
+    "child_sessions",
     "claim_handoff",
     "claim_pending_statement",
     "claim_pending_transition",
@@ -140,6 +145,7 @@ __all__ = [
     "get_title",
     "handoff_events_after",
     "handoff_history",
+    "has_messages",
     "has_pending_handoffs",
     "ids_with_prefix",
     "insert_session",

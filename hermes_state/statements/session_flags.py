@@ -6,9 +6,18 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from sqlalchemy import CompoundSelect, Select, Update, bindparam, literal_column, select, update
+from sqlalchemy import (
+    CompoundSelect,
+    Select,
+    Update,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    update,
+)
 
-from ..models import sessions
+from ..models import messages, sessions
 from .core import _c
 from .titles import LIKE_ESCAPE
 
@@ -91,4 +100,48 @@ def ids_with_prefix() -> Select[tuple[Any]]:
         .where(_c.id.like(bindparam("pattern"), escape=LIKE_ESCAPE))
         .order_by(_c.started_at.desc(), _c.id.desc())
         .limit(bindparam("limit"))
+    )
+
+
+@functools.cache
+def child_sessions() -> Select[tuple[Any, ...]]:
+    """The children of ``:session_id`` with what telling a compression continuation from a
+    fork needs (upstream marks forks in ``model_config``; the plans read the JSON), when each
+    was last active (``last_message_at``: its newest message) and its parent's ``end_reason``
+    and ``session_key``; served by the index on ``parent_session_id``."""
+    child = sessions.alias("child")
+    parent = sessions.alias("parent")
+    newest_message = (
+        select(func.max(messages.c.timestamp))
+        .where(messages.c.session_id == child.c.id)
+        .correlate(child)
+        .scalar_subquery()
+    )
+    return (
+        select(
+            child.c.id,
+            child.c.parent_session_id,
+            child.c.source,
+            child.c.model_config,
+            child.c.session_key,
+            child.c.started_at,
+            child.c.ended_at,
+            child.c.end_reason,
+            child.c.last_activity_at,
+            newest_message.label("last_message_at"),
+            parent.c.end_reason.label("parent_end_reason"),
+            parent.c.session_key.label("parent_session_key"),
+        )
+        .select_from(child.join(parent, parent.c.id == child.c.parent_session_id))
+        .where(child.c.parent_session_id == bindparam("session_id"))
+        .order_by(child.c.started_at, child.c.id)
+    )
+
+
+@functools.cache
+def has_messages() -> Select[tuple[Any]]:
+    """The id of ``:session_id``'s first message row (rewound ones too) as ``first``, NULL when
+    it has none: one probe of the index on ``(session_id, id)``."""
+    return select(func.min(messages.c.id).label("first")).where(
+        messages.c.session_id == bindparam("session_id")
     )

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from sqlalchemy import update
 
 from hermes_state import InvalidInputError, InvalidInputTypeError, SessionDB
+from hermes_state.models import sessions
 from tests.support.digest import database_digest
 from tests.support.stores import HandClock
 
@@ -186,3 +188,112 @@ def test_a_prefix_that_is_no_text_is_refused(
 ) -> None:
     with pytest.raises(error):
         any_store.resolve_session_id(given)  # type: ignore[arg-type]
+
+
+# -- which session a resume loads --------------------------------------------------------------
+
+
+def chain(db: SessionDB, *links: tuple[str, str | None]) -> None:
+    """Sessions with parents, started one after the other, none ended."""
+    for number, (session_id, parent) in enumerate(links):
+        db.create_session(session_id, "cli", parent_session_id=parent, started_at=1000.0 + number)
+
+
+def set_key(db: SessionDB, session_id: str, key: str) -> None:
+    db._execute_write(
+        lambda conn: conn.execute(
+            update(sessions).where(sessions.c.id == session_id).values(session_key=key)
+        )
+    )
+
+
+def test_a_resume_moves_from_empty_segments_to_the_deepest_with_messages(
+    any_store: SessionDB,
+) -> None:
+    chain(any_store, ("head", None), ("m1", "head"), ("m2", "m1"), ("bulk", "m2"), ("tail", "bulk"))
+    for text in ("one", "two"):
+        any_store.append_message("bulk", "user", text)
+    assert any_store.resolve_resume_session_id("head") == "bulk"
+    assert any_store.resolve_resume_session_id("m2") == "bulk"
+    any_store.append_message("tail", "user", "three")
+    assert any_store.resolve_resume_session_id("head") == "tail"  # the deepest one wins
+    assert any_store.resolve_resume_session_id("tail") == "tail"
+
+
+def test_a_resume_stays_where_nothing_below_holds_messages(any_store: SessionDB) -> None:
+    chain(any_store, ("root", None), ("c1", "root"), ("c2", "c1"))
+    assert any_store.resolve_resume_session_id("root") == "root"
+    any_store.append_message("root", "user", "hi")
+    assert any_store.resolve_resume_session_id("root") == "root"
+    any_store.create_session("alone", "cli")
+    assert any_store.resolve_resume_session_id("alone") == "alone"
+    assert any_store.resolve_resume_session_id("ghost") == "ghost"
+    assert any_store.resolve_resume_session_id("") == ""
+    assert any_store.resolve_resume_session_id(None) is None
+
+
+def test_a_resume_follows_compression_past_a_parent_with_messages(any_store: SessionDB) -> None:
+    any_store.create_session(
+        "root", "cli", started_at=10.0, ended_at=15.0, end_reason="compression"
+    )
+    any_store.append_message("root", "user", "before compression")
+    any_store.create_session("cont", "cli", parent_session_id="root", started_at=20.0)
+    any_store.append_message("cont", "assistant", "after compression")
+    assert any_store.resolve_resume_session_id("root") == "cont"
+
+
+def test_a_resume_never_enters_a_fork(any_store: SessionDB) -> None:
+    any_store.create_session("conv", "cli", started_at=10.0)
+    any_store.append_message("conv", "user", "parent turn")
+    forks = {
+        "delegate": {"model_config": {"_delegate_from": "conv"}},
+        "branch": {"model_config": {"_branched_from": "conv"}},
+        "reset": {"model_config": {"_reset_from": "conv"}},
+    }
+    for number, (fork, fields) in enumerate(forks.items()):
+        any_store.create_session(
+            fork, "cli", parent_session_id="conv", started_at=20.0 + number, **fields
+        )
+        any_store.append_message(fork, "assistant", "their own work")
+    any_store.create_session("tool-run", "tool", parent_session_id="conv", started_at=30.0)
+    any_store.append_message("tool-run", "tool", "output")
+    assert any_store.resolve_resume_session_id("conv") == "conv"
+    any_store.create_session("plain", "cli", parent_session_id="conv", started_at=5.0)
+    any_store.append_message("plain", "user", "an unmarked child continues the conversation")
+    assert any_store.resolve_resume_session_id("conv") == "plain"
+
+
+def test_a_resume_stops_at_a_reset_written_before_markers(any_store: SessionDB) -> None:
+    any_store.create_session(
+        "before", "telegram", started_at=10.0, ended_at=15.0, end_reason="session_reset"
+    )
+    any_store.append_message("before", "user", "old conversation")
+    any_store.create_session("after", "telegram", parent_session_id="before", started_at=20.0)
+    any_store.append_message("after", "user", "new conversation")
+    assert any_store.resolve_resume_session_id("before") == "after"  # no key: no reset child
+    for session_id in ("before", "after"):
+        set_key(any_store, session_id, "agent:main:telegram:dm:42")
+    assert any_store.resolve_resume_session_id("before") == "before"
+
+
+def test_a_resume_prefers_the_newest_of_two_children(any_store: SessionDB) -> None:
+    chain(any_store, ("parent", None), ("older", "parent"), ("newer", "parent"))
+    any_store.append_message("newer", "user", "x")
+    assert any_store.resolve_resume_session_id("parent") == "newer"
+    any_store.append_message("older", "user", "y")
+    assert any_store.resolve_resume_session_id("parent") == "newer"  # the newest child is walked
+
+
+def test_a_resume_survives_a_loop(any_store: SessionDB) -> None:
+    any_store.create_session("a", "cli", parent_session_id="b", started_at=1.0)
+    any_store.create_session("b", "cli", parent_session_id="a", started_at=2.0)
+    any_store.append_message("a", "user", "x")
+    assert any_store.resolve_resume_session_id("a") == "a"
+    assert any_store.resolve_resume_session_id("b") == "a"
+
+
+def test_a_resume_refuses_an_id_that_is_no_text(any_store: SessionDB) -> None:
+    with pytest.raises(InvalidInputTypeError):
+        any_store.resolve_resume_session_id(7)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        any_store.resolve_resume_session_id("   ")

@@ -348,6 +348,7 @@ EXAMPLES: dict[str, Example] = {
     "set_session_hidden": _now(lambda db: db.set_session_hidden("seg", True)),
     "set_session_read": _now(lambda db: db.set_session_read("seg", False)),
     "resolve_session_id": _now(lambda db: db.resolve_session_id("pend")),
+    "resolve_resume_session_id": _now(lambda db: db.resolve_resume_session_id("root")),
 }
 
 
