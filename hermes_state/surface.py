@@ -448,5 +448,13 @@ class Store(Protocol):
         """
         ...
 
+    def get_meta(self, key: str) -> str | None:
+        """The value upstream's ``state_meta`` bookkeeping holds under ``key``, or None."""
+        ...
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Store ``value`` under ``key`` in ``state_meta``, replacing what the key held."""
+        ...
+
 
 from .operations import AsyncStore  # noqa: E402  (generated from Store, above)

@@ -394,3 +394,11 @@ class AsyncOperations:
         messages; an unknown id, ``""`` and None come back as they are.
         """
         return await self._run(self._plans.resolve_resume_session_id(session_id=session_id))
+
+    async def get_meta(self, key: str) -> str | None:
+        """The value upstream's ``state_meta`` bookkeeping holds under ``key``, or None."""
+        return await self._run(self._plans.get_meta(key=key))
+
+    async def set_meta(self, key: str, value: str | None) -> None:
+        """Store ``value`` under ``key`` in ``state_meta``, replacing what the key held."""
+        return await self._run(self._plans.set_meta(key=key, value=value))

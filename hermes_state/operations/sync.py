@@ -382,3 +382,11 @@ class SyncOperations:
         messages; an unknown id, ``""`` and None come back as they are.
         """
         return self._run(self._plans.resolve_resume_session_id(session_id=session_id))
+
+    def get_meta(self, key: str) -> str | None:
+        """The value upstream's ``state_meta`` bookkeeping holds under ``key``, or None."""
+        return self._run(self._plans.get_meta(key=key))
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Store ``value`` under ``key`` in ``state_meta``, replacing what the key held."""
+        return self._run(self._plans.set_meta(key=key, value=value))

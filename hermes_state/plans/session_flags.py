@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
+
+from sqlalchemy import Executable
 
 from .. import statements
 from ..errors import InvalidInputTypeError
 from ..statements import Capabilities
 from ..statements.titles import LIKE_ESCAPE
-from ..validation import require_identifier, require_str
+from ..validation import require_identifier, require_str, require_text
 from .core import Body, Plan, Row, Step
 from .reads import _constant
 
@@ -201,11 +203,26 @@ def _resume_target(_caps: Capabilities, session_id: str) -> Body[str]:
     return deepest if deepest is not None else tip
 
 
+def _first_value(
+    _caps: Capabilities, statement: Executable, params: Mapping[str, Any]
+) -> Body[Any]:
+    """The first column of the first row, None when there is none."""
+    outcome = yield Step(statement, params)
+    return next(iter(outcome.rows[0].values())) if outcome.rows else None
+
+
 def _passthrough(name: str, value: object) -> str | None:
     """Upstream's lineage reads answer an empty id (None or "") with itself: None here."""
     if value is None or value == "":
         return None
     return require_identifier(name, value)
+
+
+# -- upstream's key/value bookkeeping ---------------------------------------------------------
+
+
+def _set_meta(caps: Capabilities, params: Mapping[str, Any]) -> Body[None]:
+    yield Step(statements.set_meta(caps.name), params)
 
 
 class SessionFlagPlans:
@@ -245,3 +262,11 @@ class SessionFlagPlans:
         if sid is None:
             return Plan(_constant, session_id, writes=False)
         return Plan(_resume_target, sid, writes=False, single_statement=False)
+
+    def get_meta(self, key: object) -> Plan[str | None]:
+        params = {"key": require_identifier("key", key)}
+        return Plan(_first_value, statements.get_meta(), params, writes=False)
+
+    def set_meta(self, key: object, value: object) -> Plan[None]:
+        params = {"key": require_identifier("key", key), "value": require_text("value", value)}
+        return Plan(_set_meta, params, writes=True)

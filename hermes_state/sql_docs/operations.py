@@ -679,6 +679,8 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "resolve_resume_session_id(session_id)",
         _resume,
     ),
+    _O(_FLAGS, "get_meta", "", "get_meta(key)", _only(S.get_meta)),
+    _O(_FLAGS, "set_meta", "", "set_meta(key, value)", lambda caps: [_sent(S.set_meta, caps.name)]),
 )
 
 #: Builders of :mod:`hermes_state.statements` no operation sends, and why.

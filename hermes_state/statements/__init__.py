@@ -63,12 +63,14 @@ from .session_flags import (
     COMPRESSION,
     LINEAGE_FLAGS,
     child_sessions,
+    get_meta,
     has_messages,
     ids_with_prefix,
     lineage_ids,
     pin_guard,
     session_exists,
     set_lineage_flag,
+    set_meta,
 )
 from .titles import get_title, lineage, session_by_title, set_title, title_holder
 from .transcript import (
@@ -141,6 +143,7 @@ __all__ = [
     "finish_claims_json",
     "get_handoff_state",
     "get_messages",
+    "get_meta",
     "get_session",
     "get_title",
     "handoff_events_after",
@@ -174,6 +177,7 @@ __all__ = [
     "session_columns",
     "session_exists",
     "set_lineage_flag",
+    "set_meta",
     "set_title",
     "state_is",
     "title_holder",

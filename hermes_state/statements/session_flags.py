@@ -8,7 +8,10 @@ from typing import Any, Final
 
 from sqlalchemy import (
     CompoundSelect,
+    Insert,
     Select,
+    String,
+    Text,
     Update,
     bindparam,
     func,
@@ -17,7 +20,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..models import messages, sessions
+from ..models import messages, sessions, state_meta
 from .core import _c
 from .titles import LIKE_ESCAPE
 
@@ -145,3 +148,37 @@ def has_messages() -> Select[tuple[Any]]:
     return select(func.min(messages.c.id).label("first")).where(
         messages.c.session_id == bindparam("session_id")
     )
+
+
+@functools.cache
+def get_meta() -> Select[tuple[Any]]:
+    """The ``value`` upstream's key/value bookkeeping holds under ``:key``."""
+    return select(state_meta.c.value).where(state_meta.c.key == bindparam("key"))
+
+
+@functools.cache
+def set_meta(dialect_name: str) -> Insert:
+    """Store ``:value`` under ``:key``, replacing what the key held (an upsert on its primary
+    key, in each dialect's words)."""
+    values = {
+        "key": bindparam("key", type_=String()),
+        "value": bindparam("value", type_=Text()),
+    }
+    if dialect_name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        lite = sqlite.insert(state_meta).values(values)
+        return lite.on_conflict_do_update(
+            index_elements=["key"], set_={"value": lite.excluded.value}
+        )
+    if dialect_name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        pg = postgresql.insert(state_meta).values(values)
+        return pg.on_conflict_do_update(index_elements=["key"], set_={"value": pg.excluded.value})
+    if dialect_name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
+        upsert = mysql.insert(state_meta).values(values)
+        return upsert.on_duplicate_key_update(value=upsert.inserted.value)
+    raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")

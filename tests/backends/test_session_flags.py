@@ -3,6 +3,7 @@ hide and read flags set across a compression lineage."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -297,3 +298,49 @@ def test_a_resume_refuses_an_id_that_is_no_text(any_store: SessionDB) -> None:
         any_store.resolve_resume_session_id(7)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):
         any_store.resolve_resume_session_id("   ")
+
+
+# -- upstream's key/value bookkeeping ------------------------------------------------------------
+
+
+def test_meta_values_are_stored_replaced_and_read(any_store: SessionDB) -> None:
+    # Server databases are shared from test to test and keep state_meta: keys of this test only.
+    run = uuid.uuid4().hex[:8]
+    archive, stale, loop = f"last_auto_archive:{run}", f"fts_stale:{run}", f"loop:{run}"
+    assert any_store.get_meta(archive) is None
+    assert any_store.set_meta(archive, "1700000000.5") is None
+    assert any_store.get_meta(archive) == "1700000000.5"
+    any_store.set_meta(archive, "1700000100.0")  # an upsert: the newest value wins
+    assert any_store.get_meta(archive) == "1700000100.0"
+    any_store.set_meta(stale, "")
+    assert any_store.get_meta(stale) == ""
+    any_store.set_meta(stale, None)
+    assert any_store.get_meta(stale) is None
+    long = "x" * 100_000 + " 東京 \U0001f680"
+    any_store.set_meta(loop, long)
+    assert any_store.get_meta(loop) == long
+    assert any_store.get_meta(loop.upper()) is None  # keys compare exactly
+    assert any_store.get_meta(archive) == "1700000100.0"
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda db: db.get_meta(7), InvalidInputTypeError),
+        (lambda db: db.get_meta(" "), InvalidInputError),
+        (lambda db: db.set_meta(None, "v"), InvalidInputTypeError),
+        (lambda db: db.set_meta("k", 7), InvalidInputTypeError),
+        (lambda db: db.set_meta("k", "nul\x00"), InvalidInputError),
+        (lambda db: db.set_meta("k" * 1000, "v"), InvalidInputError),
+    ],
+)
+def test_bad_meta_arguments_are_refused_before_any_write(
+    any_store: SessionDB, call: Callable[[SessionDB], object], error: type[Exception]
+) -> None:
+    key = f"k:{uuid.uuid4().hex[:8]}"
+    any_store.set_meta(key, "kept")
+    before = database_digest(any_store.url)
+    with pytest.raises(error):
+        call(any_store)
+    assert database_digest(any_store.url) == before
+    assert any_store.get_meta(key) == "kept"

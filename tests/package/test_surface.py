@@ -241,9 +241,17 @@ SAMPLES: dict[str, Any] = {
     "pinned": True,
     "hidden": True,
     "session_id_or_prefix": "s-",
+    "key": "last_auto_archive",
+    "value": "1700000000.0",
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
-WRITES = {"create_session", "ensure_session", "try_acquire_session_turn_lease", "_execute_write"}
+WRITES = {
+    "create_session",
+    "ensure_session",
+    "try_acquire_session_turn_lease",
+    "_execute_write",
+    "set_meta",
+}
 #: Where the absent store's answer differs from an empty file's, on purpose.
 DIFFERENT = {"handoff_change_token"}  # None: there is no file whose commits it could count
 LIFE_CYCLE = {"close", "__aenter__", "__aexit__"}
@@ -320,6 +328,8 @@ BAD = {
     "pinned": None,
     "hidden": 2,
     "session_id_or_prefix": 7,
+    "key": " ",
+    "value": 7,
 }
 
 
