@@ -395,6 +395,29 @@ class AsyncOperations:
         """
         return await self._run(self._plans.resolve_resume_session_id(session_id=session_id))
 
+    async def get_compression_chain(self, session_id: str | None) -> list[str]:
+        """The compression chain from ``session_id`` forward to its live tip, oldest first:
+        at each session that ended by compression, its continuation (a child that is no
+        branch, delegate run, reset successor or tool session), preferring one compressed
+        again, then a live one, then the most recently active. ``[session_id]`` when nothing
+        continues it (an unknown id too); ``[]`` for ``""`` or None.
+        """
+        return await self._run(self._plans.get_compression_chain(session_id=session_id))
+
+    async def get_compression_tip(self, session_id: str | None) -> str | None:
+        """The last session of ``get_compression_chain(session_id)``: where the conversation
+        lives now. ``session_id`` itself when nothing continues it (``""`` and None too).
+        """
+        return await self._run(self._plans.get_compression_tip(session_id=session_id))
+
+    async def get_compression_lineage(self, session_id: str | None) -> list[str]:
+        """Every segment of the session's conversation, oldest first: up through parents that
+        ended by compression to the root, then down through the earliest started continuation
+        of each compressed segment. ``[session_id]`` for a branch or delegate run of its
+        parent, or when the walk does not pass through it; ``[]`` for an unknown id.
+        """
+        return await self._run(self._plans.get_compression_lineage(session_id=session_id))
+
     async def get_meta(self, key: str) -> str | None:
         """The value upstream's ``state_meta`` bookkeeping holds under ``key``, or None."""
         return await self._run(self._plans.get_meta(key=key))

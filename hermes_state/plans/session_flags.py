@@ -203,6 +203,64 @@ def _resume_target(_caps: Capabilities, session_id: str) -> Body[str]:
     return deepest if deepest is not None else tip
 
 
+def _compression_chain(_caps: Capabilities, session_id: str) -> Body[list[str]]:
+    chain, _tip_children = yield from _chain(session_id)
+    return chain
+
+
+def _compression_tip(_caps: Capabilities, session_id: str) -> Body[str]:
+    chain, _tip_children = yield from _chain(session_id)
+    return chain[-1]
+
+
+def _explicit_fork(row: Row, *, reset: bool) -> bool:
+    """A tool session, or a child whose branch or delegate marker (and reset marker when
+    ``reset``) names its own parent: continuations copy their parent's ``model_config``, so a
+    marker naming another session was inherited, not set for this one."""
+    if (row["source"] or "") == _TOOL_SOURCE:
+        return True
+    config = _model_config(row)
+    names = _FORK_MARKERS if reset else _FORK_MARKERS[:2]
+    markers = [config.get(name) for name in names]
+    parent = row["parent_session_id"]
+    return parent in markers if parent else any(marker is not None for marker in markers)
+
+
+def _compression_lineage(_caps: Capabilities, session_id: str) -> Body[list[str]]:
+    found = yield Step(statements.lineage_row(), {"session_id": session_id})
+    if not found.rows:
+        return []
+    root = found.rows[0]
+    if _explicit_fork(root, reset=False):
+        return [session_id]
+    ancestors = {session_id}
+    for _ in range(MAX_CHAIN_LENGTH):
+        parent_id = root["parent_session_id"]
+        if not parent_id or _explicit_fork(root, reset=True):
+            break
+        above = yield Step(statements.lineage_row(), {"session_id": parent_id})
+        parent = above.rows[0] if above.rows else None
+        if parent is None or parent["end_reason"] != statements.COMPRESSION:
+            break
+        if parent["id"] in ancestors:
+            break
+        root = parent
+        ancestors.add(str(parent["id"]))
+    lineage, current = [str(root["id"])], root
+    for _ in range(MAX_CHAIN_LENGTH):
+        if current["end_reason"] != statements.COMPRESSION:
+            break
+        below = yield Step(statements.child_sessions(), {"session_id": current["id"]})
+        # The earliest started continuation (the rows come in start order).
+        following = next((row for row in below.rows if not _explicit_fork(row, reset=True)), None)
+        if following is None or following["id"] in lineage:
+            break
+        lineage.append(str(following["id"]))
+        current = following
+    # Later segments count only for a session that is itself part of the lineage.
+    return lineage if session_id in lineage else [session_id]
+
+
 def _first_value(
     _caps: Capabilities, statement: Executable, params: Mapping[str, Any]
 ) -> Body[Any]:
@@ -262,6 +320,24 @@ class SessionFlagPlans:
         if sid is None:
             return Plan(_constant, session_id, writes=False)
         return Plan(_resume_target, sid, writes=False, single_statement=False)
+
+    def get_compression_chain(self, session_id: object) -> Plan[list[str]]:
+        sid = _passthrough("session_id", session_id)
+        if sid is None:
+            return Plan(_constant, [], writes=False)
+        return Plan(_compression_chain, sid, writes=False, single_statement=False)
+
+    def get_compression_tip(self, session_id: object) -> Plan[str | None]:
+        sid = _passthrough("session_id", session_id)
+        if sid is None:
+            return Plan(_constant, session_id, writes=False)
+        return Plan(_compression_tip, sid, writes=False, single_statement=False)
+
+    def get_compression_lineage(self, session_id: object) -> Plan[list[str]]:
+        sid = _passthrough("session_id", session_id)
+        if sid is None:
+            return Plan(_constant, [], writes=False)
+        return Plan(_compression_lineage, sid, writes=False, single_statement=False)
 
     def get_meta(self, key: object) -> Plan[str | None]:
         params = {"key": require_identifier("key", key)}

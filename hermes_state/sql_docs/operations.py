@@ -317,6 +317,13 @@ def _resume(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _compression_lineage(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.lineage_row, note="once, and once more per step up to the lineage's root"),
+        _sent(S.child_sessions, note="once per compressed segment, from the root down"),
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A store operation (a method of :class:`~hermes_state.SessionDB`), called as ``call``
@@ -678,6 +685,27 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "resolve_resume_session_id(session_id)",
         _resume,
+    ),
+    _O(
+        _FLAGS,
+        "get_compression_chain",
+        "",
+        "get_compression_chain(session_id)",
+        _only(S.child_sessions, note=_PER_SEGMENT_DOWN),
+    ),
+    _O(
+        _FLAGS,
+        "get_compression_tip",
+        "",
+        "get_compression_tip(session_id)",
+        _only(S.child_sessions, note=_PER_SEGMENT_DOWN),
+    ),
+    _O(
+        _FLAGS,
+        "get_compression_lineage",
+        "",
+        "get_compression_lineage(session_id)",
+        _compression_lineage,
     ),
     _O(_FLAGS, "get_meta", "", "get_meta(key)", _only(S.get_meta)),
     _O(_FLAGS, "set_meta", "", "set_meta(key, value)", lambda caps: [_sent(S.set_meta, caps.name)]),

@@ -182,3 +182,12 @@ def set_meta(dialect_name: str) -> Insert:
         upsert = mysql.insert(state_meta).values(values)
         return upsert.on_duplicate_key_update(value=upsert.inserted.value)
     raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
+
+
+@functools.cache
+def lineage_row() -> Select[tuple[Any, ...]]:
+    """What walking ``:session_id``'s compression lineage up needs: its parent, its end and
+    what tells a fork (source, ``model_config`` markers)."""
+    return select(_c.id, _c.parent_session_id, _c.source, _c.model_config, _c.end_reason).where(
+        _c.id == bindparam("session_id")
+    )

@@ -344,3 +344,121 @@ def test_bad_meta_arguments_are_refused_before_any_write(
         call(any_store)
     assert database_digest(any_store.url) == before
     assert any_store.get_meta(key) == "kept"
+
+
+# -- compression chains and lineages -----------------------------------------------------------
+
+
+def set_config(db: SessionDB, session_id: str, text: str) -> None:
+    """Write ``model_config`` as it is, valid JSON or not (upstream's files hold both)."""
+    db._execute_write(
+        lambda conn: conn.execute(
+            update(sessions).where(sessions.c.id == session_id).values(model_config=text)
+        )
+    )
+
+
+def test_the_chain_walks_compression_to_the_live_tip(any_store: SessionDB) -> None:
+    compressed(any_store, "root", "mid", "tip")
+    forks = {
+        "delegate": {"model_config": {"_delegate_from": "root"}},
+        "branch": {"model_config": {"_branched_from": "root"}},
+        "reset": {"model_config": {"_reset_from": "root"}},
+    }
+    for fork, fields in forks.items():
+        any_store.create_session(fork, "cli", parent_session_id="root", started_at=500.0, **fields)
+    any_store.create_session("tool-run", "tool", parent_session_id="root", started_at=500.0)
+    assert any_store.get_compression_chain("root") == ["root", "mid", "tip"]
+    assert any_store.get_compression_chain("mid") == ["mid", "tip"]
+    assert any_store.get_compression_chain("tip") == ["tip"]
+    assert any_store.get_compression_tip("root") == "tip"
+    assert any_store.get_compression_tip("tip") == "tip"
+    assert any_store.get_compression_tip("delegate") == "delegate"
+    assert any_store.get_compression_chain("ghost") == ["ghost"]
+    assert any_store.get_compression_tip("ghost") == "ghost"
+    assert any_store.get_compression_chain("") == any_store.get_compression_chain(None) == []
+    assert any_store.get_compression_tip("") == ""
+    assert any_store.get_compression_tip(None) is None
+
+
+def test_the_chain_prefers_the_real_continuation_among_siblings(any_store: SessionDB) -> None:
+    any_store.create_session(
+        "root", "cli", started_at=10.0, ended_at=11.0, end_reason="compression"
+    )
+    any_store.create_session(
+        "real", "cli", parent_session_id="root", started_at=12.0, ended_at=13.0,
+        end_reason="compression",
+    )  # fmt: skip
+    any_store.create_session("live", "cli", parent_session_id="real", started_at=14.0)
+    # A stale socket's sibling, started later and closed by the orphan reaper.
+    any_store.create_session(
+        "orphan", "cli", parent_session_id="root", started_at=20.0, ended_at=21.0,
+        end_reason="ws_orphan_reap",
+    )  # fmt: skip
+    assert any_store.get_compression_chain("root") == ["root", "real", "live"]
+    assert any_store.resolve_resume_session_id("root") == "live"
+
+
+def test_among_live_continuations_the_most_recently_active_wins(any_store: SessionDB) -> None:
+    any_store.create_session(
+        "root", "cli", started_at=10.0, ended_at=11.0, end_reason="compression"
+    )
+    any_store.create_session("early", "cli", parent_session_id="root", started_at=12.0)
+    any_store.create_session("late", "cli", parent_session_id="root", started_at=13.0)
+    assert any_store.get_compression_tip("root") == "late"  # no activity: the later start
+    any_store.append_message("early", "user", "busy", timestamp=50.0)
+    assert any_store.get_compression_tip("root") == "early"
+    any_store.create_session(
+        "ended", "cli", parent_session_id="root", started_at=99.0, ended_at=99.5,
+        end_reason="user_exit",
+    )  # fmt: skip
+    assert any_store.get_compression_tip("root") == "early"  # a live one before an ended one
+
+
+def test_unreadable_model_config_is_no_marker(any_store: SessionDB) -> None:
+    any_store.create_session(
+        "parent", "cli", started_at=1.0, ended_at=2.0, end_reason="compression"
+    )
+    any_store.create_session("child", "cli", parent_session_id="parent", started_at=3.0)
+    for text in ("{not-json", "[]", '"scalar"', "5", "null", '{"_delegate_from": null}'):
+        set_config(any_store, "child", text)
+        assert any_store.get_compression_chain("parent") == ["parent", "child"], text
+        assert any_store.get_compression_lineage("child") == ["parent", "child"], text
+
+
+def test_the_lineage_reaches_from_any_segment_to_both_ends(any_store: SessionDB) -> None:
+    compressed(any_store, "root", "mid", "tip")
+    for segment in ("root", "mid", "tip"):
+        assert any_store.get_compression_lineage(segment) == ["root", "mid", "tip"]
+    any_store.create_session("later", "cli", parent_session_id="mid", started_at=900.0)
+    assert any_store.get_compression_lineage("tip") == ["root", "mid", "tip"]  # earliest first
+    assert any_store.get_compression_lineage("later") == ["later"]  # not on the walked path
+    assert any_store.get_compression_lineage("ghost") == []
+    assert any_store.get_compression_lineage("") == any_store.get_compression_lineage(None) == []
+
+
+def test_a_fork_is_a_lineage_of_its_own(any_store: SessionDB) -> None:
+    compressed(any_store, "root", "tip")
+    any_store.create_session(
+        "delegate", "subagent", parent_session_id="tip", model_config={"_delegate_from": "tip"}
+    )
+    assert any_store.get_compression_lineage("delegate") == ["delegate"]
+    # A continuation copies its parent's model_config: a marker naming another session was
+    # inherited, so the copy still belongs to the lineage it continues.
+    any_store.create_session(
+        "d-root", "subagent", started_at=1.0, ended_at=2.0, end_reason="compression",
+        parent_session_id="tip", model_config={"_delegate_from": "tip"},
+    )  # fmt: skip
+    any_store.create_session(
+        "d-cont", "subagent", started_at=3.0, parent_session_id="d-root",
+        model_config={"_delegate_from": "tip"},
+    )  # fmt: skip
+    assert any_store.get_compression_lineage("d-cont") == ["d-root", "d-cont"]
+
+
+def test_a_lineage_that_loops_is_walked_once_by_every_read(any_store: SessionDB) -> None:
+    any_store.create_session("a", "cli", end_reason="compression", parent_session_id="b")
+    any_store.create_session("b", "cli", end_reason="compression", parent_session_id="a")
+    assert sorted(any_store.get_compression_chain("a")) == ["a", "b"]
+    assert any_store.get_compression_tip("a") == "b"
+    assert sorted(any_store.get_compression_lineage("a")) == ["a", "b"]

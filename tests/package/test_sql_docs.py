@@ -349,6 +349,9 @@ EXAMPLES: dict[str, Example] = {
     "set_session_read": _now(lambda db: db.set_session_read("seg", False)),
     "resolve_session_id": _now(lambda db: db.resolve_session_id("pend")),
     "resolve_resume_session_id": _now(lambda db: db.resolve_resume_session_id("root")),
+    "get_compression_chain": _now(lambda db: db.get_compression_chain("root")),
+    "get_compression_tip": _now(lambda db: db.get_compression_tip("root")),
+    "get_compression_lineage": _now(lambda db: db.get_compression_lineage("seg")),
     "get_meta": _now(lambda db: db.get_meta("last_auto_archive")),
     "set_meta": _now(lambda db: db.set_meta("last_auto_archive", "1700000000.0")),
 }
