@@ -30,6 +30,7 @@ __all__ = [
     "ReadOnlyDatabaseError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "SessionInUseError",
     "SideTaskFailed",
     "UnknownSessionError",
     "corrupt_error",
@@ -117,6 +118,11 @@ class SchemaTooNewError(HermesStateError):
 
 class UnknownSessionError(HermesStateError, LookupError):
     """The operation needs an existing session and there is none with this id."""
+
+
+class SessionInUseError(HermesStateError):
+    """The session is in use (a handoff in flight, or a live turn on its conversation), so it
+    was left as it was; try again once that is over."""
 
 
 class CopyConflictError(HermesStateError):

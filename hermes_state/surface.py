@@ -7,6 +7,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar
 
 if TYPE_CHECKING:
+    from os import PathLike
+
     from sqlalchemy.engine import URL
 
     from .execution import WriteConnection
@@ -468,6 +470,35 @@ class Store(Protocol):
         ended by compression to the root, then down through the earliest started continuation
         of each compressed segment. ``[session_id]`` for a branch or delegate run of its
         parent, or when the walk does not pass through it; ``[]`` for an unknown id.
+        """
+        ...
+
+    def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: str | PathLike[str] | None = None,
+        expected_delete_ids: Iterable[str] | None = None,
+    ) -> bool:
+        """Delete the session, its messages and usage rows, and its delegate runs (sessions
+        whose ``_delegate_from`` marker names it, or children of it carrying one, and theirs in
+        turn); every other child (branches, compression continuations) stays, detached
+        (``parent_session_id`` NULL). Prompts no session uses any more go too; the audit trail
+        stays. With ``sessions_dir``, the sessions' upstream transcript files there are removed
+        after the commit. With ``expected_delete_ids``, nothing is deleted (False) unless the
+        session and its delegate runs are exactly those ids. False for an unknown id.
+
+        Refused with ``SessionInUseError``, deleting nothing, while any of these sessions has a
+        handoff pending or running (a gateway may be delivering it) or a live turn lease is
+        held on its conversation.
+        """
+        ...
+
+    def delete_sessions(
+        self, session_ids: Iterable[str] | None, sessions_dir: str | PathLike[str] | None = None
+    ) -> int:
+        """``delete_session`` for many sessions in one transaction, all or none: how many of
+        ``session_ids`` existed and were deleted (their delegate runs not counted). Unknown ids
+        and items that are no id (not a str, or empty) are skipped; the same refusal holds.
         """
         ...
 

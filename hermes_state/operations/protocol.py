@@ -11,6 +11,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 if TYPE_CHECKING:
+    from os import PathLike
+
     from sqlalchemy.engine import URL
 
     from ..execution import WriteConnection
@@ -215,6 +217,17 @@ class AsyncStore(Protocol):
     async def get_compression_tip(self, session_id: str | None) -> str | None: ...
 
     async def get_compression_lineage(self, session_id: str | None) -> list[str]: ...
+
+    async def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: str | PathLike[str] | None = None,
+        expected_delete_ids: Iterable[str] | None = None,
+    ) -> bool: ...
+
+    async def delete_sessions(
+        self, session_ids: Iterable[str] | None, sessions_dir: str | PathLike[str] | None = None
+    ) -> int: ...
 
     async def get_meta(self, key: str) -> str | None: ...
 

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from os import PathLike
+
     from ..plans import ClaimBatch, Plan, PlanBook, Row
 
 T = TypeVar("T")
@@ -405,6 +407,43 @@ class SyncOperations:
         parent, or when the walk does not pass through it; ``[]`` for an unknown id.
         """
         return self._run(self._plans.get_compression_lineage(session_id=session_id))
+
+    def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: str | PathLike[str] | None = None,
+        expected_delete_ids: Iterable[str] | None = None,
+    ) -> bool:
+        """Delete the session, its messages and usage rows, and its delegate runs (sessions
+        whose ``_delegate_from`` marker names it, or children of it carrying one, and theirs in
+        turn); every other child (branches, compression continuations) stays, detached
+        (``parent_session_id`` NULL). Prompts no session uses any more go too; the audit trail
+        stays. With ``sessions_dir``, the sessions' upstream transcript files there are removed
+        after the commit. With ``expected_delete_ids``, nothing is deleted (False) unless the
+        session and its delegate runs are exactly those ids. False for an unknown id.
+
+        Refused with ``SessionInUseError``, deleting nothing, while any of these sessions has a
+        handoff pending or running (a gateway may be delivering it) or a live turn lease is
+        held on its conversation.
+        """
+        return self._run(
+            self._plans.delete_session(
+                session_id=session_id,
+                sessions_dir=sessions_dir,
+                expected_delete_ids=expected_delete_ids,
+            )
+        )
+
+    def delete_sessions(
+        self, session_ids: Iterable[str] | None, sessions_dir: str | PathLike[str] | None = None
+    ) -> int:
+        """``delete_session`` for many sessions in one transaction, all or none: how many of
+        ``session_ids`` existed and were deleted (their delegate runs not counted). Unknown ids
+        and items that are no id (not a str, or empty) are skipped; the same refusal holds.
+        """
+        return self._run(
+            self._plans.delete_sessions(session_ids=session_ids, sessions_dir=sessions_dir)
+        )
 
     def get_meta(self, key: str) -> str | None:
         """The value upstream's ``state_meta`` bookkeeping holds under ``key``, or None."""

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from sqlalchemy import Executable
 
 from .. import statements
-from ..errors import InvalidInputTypeError
+from ..errors import InvalidInputTypeError, SessionInUseError
+from ..models import HandoffState
 from ..statements import Capabilities
 from ..statements.titles import LIKE_ESCAPE
-from ..validation import require_identifier, require_str, require_text
+from ..validation import require_identifier, require_identifiers, require_str, require_text
 from .core import Body, Plan, Row, Step
 from .reads import _constant
+from .turn_leases import _conversation
 
 #: How many prefix matches ``resolve_session_id`` reads: two tell a unique match from an
 #: ambiguous one.
@@ -283,6 +289,122 @@ def _set_meta(caps: Capabilities, params: Mapping[str, Any]) -> Body[None]:
     yield Step(statements.set_meta(caps.name), params)
 
 
+# -- deleting sessions -----------------------------------------------------------------------
+
+#: Handoff states in which a gateway may be delivering the session: it is not deleted then.
+_IN_FLIGHT: Final = frozenset({HandoffState.PENDING.value, HandoffState.RUNNING.value})
+_DELEGATE_MARKER = "_delegate_from"
+
+
+def _delegate_runs(candidates: list[Row], seeds: list[str]) -> list[str]:
+    """The delegate runs a delete of ``seeds`` takes along, upstream's rule: a session whose
+    delegate marker names a doomed session, or a child of one carrying any delegate marker, and
+    so on down. Never a seed itself (markers may loop back to one)."""
+    doomed, frontier, found = set(seeds), set(seeds), []
+    while frontier:
+        reached = []
+        for row in candidates:
+            session_id = str(row["id"])
+            if session_id in doomed:
+                continue
+            marker = _model_config(row).get(_DELEGATE_MARKER)
+            if marker is None:
+                continue
+            if (isinstance(marker, str) and marker in frontier) or (
+                row["parent_session_id"] in frontier
+            ):
+                doomed.add(session_id)
+                reached.append(session_id)
+        found.extend(reached)
+        frontier = set(reached)
+    return sorted(found)
+
+
+def _deletion(_caps: Capabilities, params: Mapping[str, Any]) -> Body[tuple[int, list[str]]]:
+    """Delete the sessions ``params["ids"]`` that exist with their delegate runs; how many of
+    the ids were deleted, and every id deleted."""
+    handoff: dict[str, Any] = {}
+    present = []
+    for session_id in params["ids"]:
+        found = yield Step(statements.session_in_flight(), {"session_id": session_id})
+        if found.rows:
+            present.append(session_id)
+            handoff[session_id] = found.rows[0]["handoff_state"]
+    if not present:
+        return 0, []
+    candidates = yield Step(statements.delegate_candidates())
+    delegates = _delegate_runs(candidates.rows, present)
+    expected = params["expected"]
+    if expected is not None and expected != {*present, *delegates}:
+        return 0, []  # the caller exported another set of sessions than would go now
+    for session_id in delegates:
+        found = yield Step(statements.session_in_flight(), {"session_id": session_id})
+        handoff[session_id] = found.rows[0]["handoff_state"] if found.rows else None
+    doomed = [*present, *delegates]
+    delivering = sorted(s for s in doomed if handoff[s] in _IN_FLIGHT)
+    if delivering:
+        raise SessionInUseError(
+            f"session {delivering[0]!r} has a handoff in flight; wait for it to finish "
+            "(or fail it) before deleting"
+        )
+    # A live turn lease on a doomed segment's conversation: a turn is running on it.
+    conversations = dict.fromkeys(doomed)
+    for session_id in present:
+        conversations[(yield from _conversation(session_id))] = None
+    for conversation in conversations:
+        key = {"conversation": conversation, "now": params["now"]}
+        held = yield Step(statements.live_turn_lease(), key)
+        if held.rows:
+            raise SessionInUseError(
+                f"the conversation of {conversation!r} has a live turn lease held by "
+                f"{held.rows[0]['holder']!r}; delete it once that turn is over"
+            )
+    for session_id in doomed:
+        one = {"session_id": session_id}
+        # Children first: an adopted file's parent_session_id may be a foreign key.
+        yield Step(statements.orphan_children(), one)
+        yield Step(statements.delete_session_messages(), one)
+        yield Step(statements.delete_session_usage(), one)
+        yield Step(statements.delete_session_turn_lease(), one)
+        yield Step(statements.delete_session_row(), one)
+    yield Step(statements.delete_unreferenced_prompts())
+    return len(present), doomed
+
+
+def _remove_session_files(folder: Path, session_id: str) -> None:
+    """Upstream's transcript files of a deleted session in ``folder``; a file that cannot be
+    removed is left (the rows are gone; a file is no reason to fail)."""
+    if Path(session_id).name != session_id or session_id in (".", ".."):
+        return  # an id naming another folder: nothing of it to remove here
+    targets = [folder / f"{session_id}.json", folder / f"{session_id}.jsonl"]
+    with contextlib.suppress(OSError):
+        targets.extend(folder.glob(f"request_dump_{glob.escape(session_id)}_*.json"))
+    for target in targets:
+        with contextlib.suppress(OSError):
+            target.unlink(missing_ok=True)
+
+
+def _require_folder(name: str, value: object) -> Path | None:
+    if value is None:
+        return None
+    if isinstance(value, str | os.PathLike):
+        return Path(value)
+    raise InvalidInputTypeError(f"{name} must be a path or None, not {type(value).__name__}")
+
+
+def _swept(folder: Path | None) -> Callable[[tuple[int, list[str]]], int]:
+    """After the commit: remove the deleted sessions' files from ``folder``; the count."""
+
+    def after(result: tuple[int, list[str]]) -> int:
+        deleted, removed = result
+        if folder is not None:
+            for session_id in removed:
+                _remove_session_files(folder, session_id)
+        return deleted
+
+    return after
+
+
 class SessionFlagPlans:
     """The session flag, id and meta operations of :class:`~hermes_state.plans.PlanBook`."""
 
@@ -338,6 +460,39 @@ class SessionFlagPlans:
         if sid is None:
             return Plan(_constant, [], writes=False)
         return Plan(_compression_lineage, sid, writes=False, single_statement=False)
+
+    def delete_session(
+        self, session_id: object, sessions_dir: object = None, expected_delete_ids: object = None
+    ) -> Plan[bool]:
+        params = {
+            "ids": [require_identifier("session_id", session_id)],
+            "expected": None
+            if expected_delete_ids is None
+            else set(require_identifiers("expected_delete_ids", expected_delete_ids)),
+            "now": self.clock(),
+        }
+        swept = _swept(_require_folder("sessions_dir", sessions_dir))
+        return Plan(
+            _deletion,
+            params,
+            writes=True,
+            single_statement=False,
+            after=lambda result: swept(result) > 0,
+        )
+
+    def delete_sessions(self, session_ids: object, sessions_dir: object = None) -> Plan[int]:
+        if session_ids is None:
+            return Plan(_constant, 0, writes=False)
+        if isinstance(session_ids, str | bytes) or not isinstance(session_ids, Iterable):
+            raise InvalidInputTypeError(
+                f"session_ids must be a list of ids, not {type(session_ids).__name__}"
+            )
+        # As upstream: what is no id (not a str, or empty) is skipped, each id counted once.
+        given = [item for item in session_ids if isinstance(item, str) and item]
+        ids = [require_identifier("session_ids", item) for item in dict.fromkeys(given)]
+        params = {"ids": ids, "expected": None, "now": self.clock()}
+        swept = _swept(_require_folder("sessions_dir", sessions_dir))
+        return Plan(_deletion, params, writes=True, single_statement=False, after=swept)
 
     def get_meta(self, key: object) -> Plan[str | None]:
         params = {"key": require_identifier("key", key)}

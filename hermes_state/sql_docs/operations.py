@@ -324,6 +324,28 @@ def _compression_lineage(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _deletion(given: str) -> Callable[[Capabilities], list[Sent]]:
+    """A delete (:func:`hermes_state.plans.session_flags._deletion`): existence and handoff
+    state, the delegate runs, the refusals, then the rows of each session deleted."""
+    each = "once per session deleted (with its delegate runs)"
+
+    def steps(_caps: Capabilities) -> list[Sent]:
+        return [
+            _sent(S.session_in_flight, note=f"once for {given}, then once per delegate run"),
+            _sent(S.delegate_candidates, note="when a session given exists"),
+            _sent(S.lineage_parent, note=f"for {given}: " + _PER_WALK),
+            _sent(S.live_turn_lease, note="once per session deleted and conversation of one"),
+            _sent(S.orphan_children, note=each),
+            _sent(S.delete_session_messages, note=each),
+            _sent(S.delete_session_usage, note=each),
+            _sent(S.delete_session_turn_lease, note=each),
+            _sent(S.delete_session_row, note=each),
+            _sent(S.delete_unreferenced_prompts),
+        ]
+
+    return steps
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A store operation (a method of :class:`~hermes_state.SessionDB`), called as ``call``
@@ -706,6 +728,14 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "get_compression_lineage(session_id)",
         _compression_lineage,
+    ),
+    _O(_FLAGS, "delete_session", "", "delete_session(session_id)", _deletion("the session")),
+    _O(
+        _FLAGS,
+        "delete_sessions",
+        "",
+        "delete_sessions(session_ids)",
+        _deletion("each session given"),
     ),
     _O(_FLAGS, "get_meta", "", "get_meta(key)", _only(S.get_meta)),
     _O(_FLAGS, "set_meta", "", "set_meta(key, value)", lambda caps: [_sent(S.set_meta, caps.name)]),

@@ -8,19 +8,28 @@ from typing import Any, Final
 
 from sqlalchemy import (
     CompoundSelect,
+    Delete,
     Insert,
     Select,
     String,
     Text,
     Update,
     bindparam,
+    delete,
     func,
     literal_column,
     select,
     update,
 )
 
-from ..models import messages, sessions, state_meta
+from ..models import (
+    messages,
+    session_model_usage,
+    session_turn_leases,
+    sessions,
+    state_meta,
+    system_prompts,
+)
 from .core import _c
 from .titles import LIKE_ESCAPE
 
@@ -191,3 +200,83 @@ def lineage_row() -> Select[tuple[Any, ...]]:
     return select(_c.id, _c.parent_session_id, _c.source, _c.model_config, _c.end_reason).where(
         _c.id == bindparam("session_id")
     )
+
+
+# -- deleting sessions -------------------------------------------------------------------------
+
+#: A LIKE pattern (escaped with ``LIKE_ESCAPE``) for a ``model_config`` that may hold upstream's
+#: delegate marker: the rows a delete reads to find the delegate runs it takes along.
+DELEGATE_MARKER_PATTERN: Final = f"%{LIKE_ESCAPE}_delegate{LIKE_ESCAPE}_from%"
+
+
+@functools.cache
+def session_in_flight() -> Select[tuple[Any, Any]]:
+    """The id and handoff state of ``:session_id``, when it exists."""
+    return select(_c.id, _c.handoff_state).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def delegate_candidates() -> Select[tuple[Any, Any, Any]]:
+    """Every session whose ``model_config`` may carry a delegate marker, with its parent: the
+    plans read the JSON and follow the markers (upstream stores no column for them, so this is
+    a scan, as upstream's own JSON lookup is)."""
+    marker: Any = literal_column(f"'{DELEGATE_MARKER_PATTERN}'")
+    return select(_c.id, _c.parent_session_id, _c.model_config).where(
+        _c.model_config.like(marker, escape=LIKE_ESCAPE)
+    )
+
+
+@functools.cache
+def live_turn_lease() -> Select[tuple[Any]]:
+    """Who holds the turn lease of ``:conversation`` past ``:now``, if anyone does."""
+    return select(session_turn_leases.c.holder).where(
+        session_turn_leases.c.conversation_id == bindparam("conversation"),
+        session_turn_leases.c.expires_at > bindparam("now"),
+    )
+
+
+@functools.cache
+def orphan_children() -> Update:
+    """Detach the children of ``:session_id`` (their ``parent_session_id`` becomes NULL)."""
+    return (
+        update(sessions)
+        .where(_c.parent_session_id == bindparam("session_id"))
+        .values(parent_session_id=None)
+    )
+
+
+@functools.cache
+def delete_session_messages() -> Delete:
+    """Every message row of ``:session_id``, rewound ones too."""
+    return delete(messages).where(messages.c.session_id == bindparam("session_id"))
+
+
+@functools.cache
+def delete_session_usage() -> Delete:
+    """The per-model usage totals of ``:session_id``."""
+    return delete(session_model_usage).where(
+        session_model_usage.c.session_id == bindparam("session_id")
+    )
+
+
+@functools.cache
+def delete_session_turn_lease() -> Delete:
+    """The (expired) turn lease keyed on ``:session_id``, the conversation it was the root of."""
+    return delete(session_turn_leases).where(
+        session_turn_leases.c.conversation_id == bindparam("session_id")
+    )
+
+
+@functools.cache
+def delete_session_row() -> Delete:
+    """The row of ``:session_id``."""
+    return delete(sessions).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def delete_unreferenced_prompts() -> Delete:
+    """System prompts no session refers to any more (by ``system_prompt_hash``, or by
+    ``tool_names``, which upstream's newest files also address by hash)."""
+    by_hash = select(_c.id).where(_c.system_prompt_hash == system_prompts.c.hash)
+    by_tools = select(_c.id).where(_c.tool_names == system_prompts.c.hash)
+    return delete(system_prompts).where(~by_hash.exists(), ~by_tools.exists())

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import Table, func, insert, select, update
 
-from hermes_state import InvalidInputError, InvalidInputTypeError, SessionDB
-from hermes_state.models import sessions
+from hermes_state import InvalidInputError, InvalidInputTypeError, SessionDB, SessionInUseError
+from hermes_state.models import (
+    messages,
+    session_model_usage,
+    session_turn_leases,
+    sessions,
+    system_prompts,
+)
 from tests.support.digest import database_digest
-from tests.support.stores import HandClock
+from tests.support.stores import HandClock, put
 
 FLAGS = ("archived", "pinned", "hidden", "last_read_at")
 
@@ -462,3 +470,224 @@ def test_a_lineage_that_loops_is_walked_once_by_every_read(any_store: SessionDB)
     assert sorted(any_store.get_compression_chain("a")) == ["a", "b"]
     assert any_store.get_compression_tip("a") == "b"
     assert sorted(any_store.get_compression_lineage("a")) == ["a", "b"]
+
+
+# -- deleting sessions -------------------------------------------------------------------------
+
+
+def ids(db: SessionDB) -> set[str]:
+    return {row["id"] for row in db.list_sessions()}
+
+
+def parent_of(db: SessionDB, session_id: str) -> str | None:
+    row = db.get_session(session_id)
+    assert row is not None, session_id
+    return row["parent_session_id"]  # type: ignore[no-any-return]
+
+
+def count_rows(db: SessionDB, table: Table, **where: str) -> int:
+    query = select(func.count()).select_from(table)
+    for column, value in where.items():
+        query = query.where(table.c[column] == value)
+    return int(db._execute_write(lambda conn: conn.execute(query).scalar_one()))
+
+
+def test_deleting_a_session_takes_its_messages_and_detaches_its_children(
+    any_store: SessionDB,
+) -> None:
+    compressed(any_store, "root", "tip")
+    any_store.create_session("grandchild", "cli", parent_session_id="tip")
+    any_store.create_session("other", "cli")
+    for session_id in ("root", "tip", "other"):
+        any_store.append_message(session_id, "user", f"hello from {session_id}")
+    assert any_store.delete_session("root") is True
+    assert any_store.get_session("root") is None
+    assert any_store.message_count("root") == 0
+    assert count_rows(any_store, messages, session_id="root") == 0
+    assert ids(any_store) == {"tip", "grandchild", "other"}
+    assert parent_of(any_store, "tip") is None  # a continuation is detached, not deleted
+    assert parent_of(any_store, "grandchild") == "tip"
+    assert any_store.message_count("tip") == any_store.message_count("other") == 1
+    before = database_digest(any_store.url)
+    assert any_store.delete_session("root") is False
+    assert any_store.delete_session("ghost") is False
+    assert database_digest(any_store.url) == before
+
+
+def test_delegate_runs_go_with_the_session_they_worked_for(any_store: SessionDB) -> None:
+    any_store.create_session("parent", "cli")
+    delegate = {"model_config": {"_delegate_from": "parent"}}
+    any_store.create_session("by-marker", "subagent", **delegate)  # no parent_session_id
+    any_store.create_session(
+        "by-child", "subagent", parent_session_id="parent", model_config={"_delegate_from": "x"}
+    )
+    any_store.create_session(
+        "nested", "subagent", parent_session_id="by-marker", model_config={"_delegate_from": "y"}
+    )
+    any_store.create_session("untagged", "cli", parent_session_id="by-child")
+    any_store.create_session(
+        "branch", "cli", parent_session_id="parent", model_config={"_branched_from": "parent"}
+    )
+    # A marker looping back to the session deleted takes nothing else along.
+    any_store.create_session(
+        "loop", "subagent", parent_session_id="nested", model_config={"_delegate_from": "parent"}
+    )
+    for session_id in ("by-marker", "nested", "untagged"):
+        any_store.append_message(session_id, "assistant", "work")
+    assert any_store.delete_session("parent") is True
+    assert ids(any_store) == {"untagged", "branch"}
+    assert parent_of(any_store, "untagged") is None
+    assert parent_of(any_store, "branch") is None
+    assert count_rows(any_store, messages, session_id="by-marker") == 0
+    assert count_rows(any_store, messages, session_id="nested") == 0
+    assert any_store.message_count("untagged") == 1
+
+
+def test_the_expected_ids_fence_a_delete(any_store: SessionDB) -> None:
+    any_store.create_session("parent", "cli")
+    any_store.create_session("d1", "subagent", model_config={"_delegate_from": "parent"})
+    assert any_store.delete_session("parent", expected_delete_ids=["parent"]) is False
+    assert ids(any_store) == {"parent", "d1"}  # a delegate the caller did not expect: kept
+    assert any_store.delete_session("parent", expected_delete_ids=("d1", "parent", "d1")) is True
+    assert ids(any_store) == set()
+    any_store.create_session("s1", "cli")
+    assert any_store.delete_session("s1", expected_delete_ids=["s1", "ghost"]) is False
+    assert ids(any_store) == {"s1"}
+
+
+@pytest.mark.parametrize("state", ["pending", "running"])
+def test_a_session_being_handed_off_is_not_deleted(any_store: SessionDB, state: str) -> None:
+    put(any_store, "busy", state)
+    any_store.create_session("helper", "subagent", model_config={"_delegate_from": "lead"})
+    any_store.create_session("lead", "cli")
+    put(any_store, "helper-busy", state)
+    any_store.create_session("lead2", "cli")  # its delegate run is being handed off
+    any_store._execute_write(
+        lambda conn: conn.execute(
+            update(sessions)
+            .where(sessions.c.id == "helper-busy")
+            .values(model_config='{"_delegate_from": "lead2"}')
+        )
+    )
+    before = database_digest(any_store.url)
+    with pytest.raises(SessionInUseError, match="handoff in flight"):
+        any_store.delete_session("busy")
+    with pytest.raises(SessionInUseError):
+        any_store.delete_session("lead2")
+    with pytest.raises(SessionInUseError):
+        any_store.delete_sessions(["lead", "busy"])  # all or nothing
+    assert database_digest(any_store.url) == before
+    assert any_store.delete_sessions(["lead"]) == 1
+    assert ids(any_store) == {"busy", "helper-busy", "lead2"}
+
+
+def test_a_handed_off_session_is_deleted_and_its_audit_trail_kept(any_store: SessionDB) -> None:
+    put(any_store, "done", "completed")
+    put(any_store, "lost", "failed")
+    events = any_store.handoff_history("done")
+    assert events
+    assert any_store.delete_sessions(["done", "lost"]) == 2
+    assert any_store.handoff_history("done") == events
+
+
+def test_a_live_turn_refuses_the_delete_an_expired_one_does_not(
+    new_any_store: Callable[..., SessionDB],
+) -> None:
+    clock = HandClock(1000.0)
+    db = new_any_store(clock=clock)
+    compressed(db, "root", "tip")
+    db.create_session("solo", "cli")
+    assert db.try_acquire_session_turn_lease("tip", "cli:pid=1", ttl_seconds=60.0)
+    assert db.try_acquire_session_turn_lease("solo", "cli:pid=2", ttl_seconds=60.0)
+    before = database_digest(db.url)
+    for session_id in ("tip", "root", "solo"):  # the lease of tip is keyed on root
+        with pytest.raises(SessionInUseError, match="live turn lease"):
+            db.delete_session(session_id)
+    assert database_digest(db.url) == before
+    clock.advance(61.0)
+    assert db.delete_session("root") is True
+    assert db.delete_session("solo") is True
+    assert count_rows(db, session_turn_leases, conversation_id="root") == 0
+    assert count_rows(db, session_turn_leases, conversation_id="solo") == 0
+    assert ids(db) == {"tip"}
+    assert db.try_acquire_session_turn_lease("tip", "cli:pid=3")  # tip is its own root now
+
+
+def test_usage_rows_and_unused_prompts_go_with_the_session(any_store: SessionDB) -> None:
+    run = uuid.uuid4().hex
+    shared, own = f"shared-{run}"[:64], f"own-{run}"[:64]
+    for session_id in ("gone", "kept"):
+        any_store.create_session(session_id, "cli")
+
+    def seed(conn: Any) -> None:
+        conn.execute(insert(system_prompts), [{"hash": h, "prompt": h} for h in (shared, own)])
+        for session_id, prompt in (("gone", own), ("kept", shared)):
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(system_prompt_hash=prompt)
+            )
+        conn.execute(insert(session_model_usage), [{"session_id": "gone", "model": "m"}])
+        conn.execute(insert(session_model_usage), [{"session_id": "kept", "model": "m"}])
+
+    any_store._execute_write(seed)
+    assert any_store.delete_session("gone") is True
+    assert count_rows(any_store, session_model_usage, session_id="gone") == 0
+    assert count_rows(any_store, session_model_usage, session_id="kept") == 1
+    assert count_rows(any_store, system_prompts, hash=own) == 0
+    assert count_rows(any_store, system_prompts, hash=shared) == 1
+    assert any_store.delete_session("kept") is True
+    assert count_rows(any_store, system_prompts, hash=shared) == 0
+
+
+def test_transcript_files_are_removed_after_the_delete(
+    any_store: SessionDB, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    names = ["s1.json", "s1.jsonl", "request_dump_s1_1.json", "request_dump_s1_2.json"]
+    names += ["s10.json", "request_dump_s10_1.json", "s2.json", "d1.jsonl", "notes.txt"]
+    for name in names:
+        (folder / name).write_text("{}")
+    any_store.create_session("s1", "cli")
+    any_store.create_session("d1", "subagent", model_config={"_delegate_from": "s1"})
+    any_store.create_session("s2", "cli")
+    assert any_store.delete_session("s1", sessions_dir=folder) is True
+    left = {"s10.json", "request_dump_s10_1.json", "s2.json", "notes.txt"}
+    assert {p.name for p in folder.iterdir()} == left
+    assert any_store.delete_sessions(["s2", "ghost"], sessions_dir=str(folder)) == 1
+    assert {p.name for p in folder.iterdir()} == left - {"s2.json"}
+    any_store.create_session("../notes.txt", "cli")  # an id naming another folder
+    assert any_store.delete_session("../notes.txt", sessions_dir=folder / "x") is True
+    assert (folder / "notes.txt").exists()
+
+
+def test_bulk_delete_skips_what_is_no_id(any_store: SessionDB) -> None:
+    for session_id in ("a", "b", "c"):
+        any_store.create_session(session_id, "cli")
+    assert any_store.delete_sessions(None) == 0  # type: ignore[arg-type]
+    assert any_store.delete_sessions([]) == 0
+    assert any_store.delete_sessions(["a", "a", "", None, 7, "ghost"]) == 1  # type: ignore[list-item]
+    assert ids(any_store) == {"b", "c"}
+    assert any_store.delete_sessions(iter(["b", "c"])) == 2
+    assert ids(any_store) == set()
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda db: db.delete_session(7), InvalidInputTypeError),
+        (lambda db: db.delete_session(" "), InvalidInputError),
+        (lambda db: db.delete_session("s1", sessions_dir=7), InvalidInputTypeError),
+        (lambda db: db.delete_session("s1", expected_delete_ids="s1"), InvalidInputTypeError),
+        (lambda db: db.delete_sessions("s1"), InvalidInputTypeError),
+        (lambda db: db.delete_sessions(["s1", "bad\x00id"]), InvalidInputError),
+    ],
+)
+def test_bad_delete_arguments_delete_nothing(
+    any_store: SessionDB, call: Callable[[SessionDB], object], error: type[Exception]
+) -> None:
+    any_store.create_session("s1", "cli")
+    with pytest.raises(error):
+        call(any_store)
+    assert ids(any_store) == {"s1"}

@@ -352,6 +352,8 @@ EXAMPLES: dict[str, Example] = {
     "get_compression_chain": _now(lambda db: db.get_compression_chain("root")),
     "get_compression_tip": _now(lambda db: db.get_compression_tip("root")),
     "get_compression_lineage": _now(lambda db: db.get_compression_lineage("seg")),
+    "delete_session": _now(lambda db: db.delete_session("idle")),
+    "delete_sessions": _now(lambda db: db.delete_sessions(["idle", "failed", "ghost"])),
     "get_meta": _now(lambda db: db.get_meta("last_auto_archive")),
     "set_meta": _now(lambda db: db.set_meta("last_auto_archive", "1700000000.0")),
 }

@@ -1,0 +1,7 @@
+-- statements.lineage_parent(), sent by delete_sessions(session_ids)
+-- PostgreSQL (psycopg): step 3 of 10, for each session given: once, and once more per step up the session's compression lineage.
+
+SELECT parent.id
+FROM sessions AS child
+JOIN sessions AS parent ON parent.id = child.parent_session_id
+WHERE child.id = :session_id::VARCHAR AND parent.end_reason = 'compression';
