@@ -23,6 +23,7 @@ from .errors import (
     ReadOnlyDatabaseError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    SessionInUseError,
     SessionTurnLeaseLostError,
     UnknownSessionError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "SessionDB",
+    "SessionInUseError",
     "SessionTurnLeaseLostError",
     "UnknownSessionError",
     "default_db_path",

@@ -30,6 +30,7 @@ __all__ = [
     "ReadOnlyDatabaseError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "SessionInUseError",
     "SideTaskFailed",
     "UnknownSessionError",
     "corrupt_error",
@@ -122,6 +123,11 @@ class UnknownSessionError(HermesStateError, LookupError):
 class SessionTurnLeaseLostError(HermesStateError, RuntimeError):
     """A transcript write fenced on a turn lease found the lease held by someone else (or by
     nobody): the writer lost its turn, and nothing was written."""
+
+
+class SessionInUseError(HermesStateError):
+    """The session is in use (a handoff in flight, or a live turn on its conversation), so it
+    was left as it was; try again once that is over."""
 
 
 class CopyConflictError(HermesStateError):

@@ -39,6 +39,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 if TYPE_CHECKING:
+    from os import PathLike
+
     from sqlalchemy.engine import URL
 
     from ..execution import WriteConnection

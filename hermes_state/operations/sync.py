@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from os import PathLike
+
     from ..plans import ClaimBatch, Plan, PlanBook, Row
 
 T = TypeVar("T")
@@ -442,3 +444,113 @@ class SyncOperations:
         the failures of the last hour with their most common errors.
         """
         return self._run(self._plans.handoff_stats())
+
+    def set_session_archived(self, session_id: str, archived: bool) -> bool:
+        """Archive (or unarchive) the session and its whole compression lineage: every ancestor
+        reached through parents that ended by compression and every continuation below them.
+        Archiving only hides; messages stay. False for an unknown id.
+        """
+        return self._run(self._plans.set_session_archived(session_id=session_id, archived=archived))
+
+    def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
+        """Pin (or unpin) the session's compression lineage. Pinning also unhides it, except
+        upstream's canonical Bot Chat (a hidden session titled "Bot Chat"), which stays hidden.
+        False for an unknown id.
+        """
+        return self._run(self._plans.set_session_pinned(session_id=session_id, pinned=pinned))
+
+    def set_session_hidden(self, session_id: str, hidden: bool) -> bool:
+        """Hide (or show) the session's compression lineage in default listings; a hidden
+        session can still be resumed. False for an unknown id.
+        """
+        return self._run(self._plans.set_session_hidden(session_id=session_id, hidden=hidden))
+
+    def set_session_read(self, session_id: str, read: bool = True) -> bool:
+        """Mark the session's compression lineage read (``last_read_at`` = now) or unread
+        (``last_read_at`` = 0.0): a watermark, unread while activity is newer than it (NULL:
+        never tracked, which reads as read). False for an unknown id.
+        """
+        return self._run(self._plans.set_session_read(session_id=session_id, read=read))
+
+    def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        """The id of the session named exactly, else of the one session whose id starts with
+        the prefix (``%`` and ``_`` match only themselves), else None: no match, or several.
+        """
+        return self._run(self._plans.resolve_session_id(session_id_or_prefix=session_id_or_prefix))
+
+    def resolve_resume_session_id(self, session_id: str | None) -> str | None:
+        """The session a resume of ``session_id`` should load: first the live tip of its
+        compression chain (see ``get_compression_chain``), then, below the tip, the deepest
+        session holding messages along the newest child that is no fork (branch, delegate run,
+        reset successor or tool session), at most 32 steps down. The tip when none holds
+        messages; an unknown id, ``""`` and None come back as they are.
+        """
+        return self._run(self._plans.resolve_resume_session_id(session_id=session_id))
+
+    def get_compression_chain(self, session_id: str | None) -> list[str]:
+        """The compression chain from ``session_id`` forward to its live tip, oldest first:
+        at each session that ended by compression, its continuation (a child that is no
+        branch, delegate run, reset successor or tool session), preferring one compressed
+        again, then a live one, then the most recently active. ``[session_id]`` when nothing
+        continues it (an unknown id too); ``[]`` for ``""`` or None.
+        """
+        return self._run(self._plans.get_compression_chain(session_id=session_id))
+
+    def get_compression_tip(self, session_id: str | None) -> str | None:
+        """The last session of ``get_compression_chain(session_id)``: where the conversation
+        lives now. ``session_id`` itself when nothing continues it (``""`` and None too).
+        """
+        return self._run(self._plans.get_compression_tip(session_id=session_id))
+
+    def get_compression_lineage(self, session_id: str | None) -> list[str]:
+        """Every segment of the session's conversation, oldest first: up through parents that
+        ended by compression to the root, then down through the earliest started continuation
+        of each compressed segment. ``[session_id]`` for a branch or delegate run of its
+        parent, or when the walk does not pass through it; ``[]`` for an unknown id.
+        """
+        return self._run(self._plans.get_compression_lineage(session_id=session_id))
+
+    def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: str | PathLike[str] | None = None,
+        expected_delete_ids: Iterable[str] | None = None,
+    ) -> bool:
+        """Delete the session, its messages and usage rows, and its delegate runs (sessions
+        whose ``_delegate_from`` marker names it, or children of it carrying one, and theirs in
+        turn); every other child (branches, compression continuations) stays, detached
+        (``parent_session_id`` NULL). Prompts no session uses any more go too; the audit trail
+        stays. With ``sessions_dir``, the sessions' upstream transcript files there are removed
+        after the commit. With ``expected_delete_ids``, nothing is deleted (False) unless the
+        session and its delegate runs are exactly those ids. False for an unknown id.
+
+        Refused with ``SessionInUseError``, deleting nothing, while any of these sessions has a
+        handoff pending or running (a gateway may be delivering it) or a live turn lease is
+        held on its conversation.
+        """
+        return self._run(
+            self._plans.delete_session(
+                session_id=session_id,
+                sessions_dir=sessions_dir,
+                expected_delete_ids=expected_delete_ids,
+            )
+        )
+
+    def delete_sessions(
+        self, session_ids: Iterable[str] | None, sessions_dir: str | PathLike[str] | None = None
+    ) -> int:
+        """``delete_session`` for many sessions in one transaction, all or none: how many of
+        ``session_ids`` existed and were deleted (their delegate runs not counted). Unknown ids
+        and items that are no id (not a str, or empty) are skipped; the same refusal holds.
+        """
+        return self._run(
+            self._plans.delete_sessions(session_ids=session_ids, sessions_dir=sessions_dir)
+        )
+
+    def get_meta(self, key: str) -> str | None:
+        """The value upstream's ``state_meta`` bookkeeping holds under ``key``, or None."""
+        return self._run(self._plans.get_meta(key=key))
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Store ``value`` under ``key`` in ``state_meta``, replacing what the key held."""
+        return self._run(self._plans.set_meta(key=key, value=value))

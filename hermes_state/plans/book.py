@@ -26,6 +26,7 @@ from ..validation import (
 from .claims import ClaimBatch, _claim_batch, _claim_given, _claim_next
 from .core import MAX_BATCH, MIN_TURN_LEASE_SECONDS, ClaimLedger, Ownership, Plan, Row
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
+from .session_flags import SessionFlagPlans
 from .session_writes import SessionWritePlans
 from .titles import TitlePlans
 from .transcript import _append_message, _transcript, _transcripts
@@ -53,7 +54,7 @@ from .turn_leases import (
 )
 
 
-class PlanBook(SessionWritePlans, TitlePlans):
+class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans):
     """Builds the plan of every store operation, with the store's context bound.
 
     Both stores hold one and only run its plans (synchronously or awaited), so the wiring of

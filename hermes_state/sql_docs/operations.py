@@ -321,6 +321,78 @@ def _stats(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+#: The lineage-wide flags: upstream's walk of the session's compression lineage, then one
+#: update per session of it.
+_PER_SEGMENT = "once per session of the lineage"
+
+
+def _lineage_flag(column: str) -> Callable[[Capabilities], list[Sent]]:
+    return lambda _caps: [
+        _sent(S.lineage_ids),
+        _sent(S.set_lineage_flag, column, note=_PER_SEGMENT),
+    ]
+
+
+def _pin(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.lineage_ids),
+        _sent(S.set_lineage_flag, "pinned", note=_PER_SEGMENT),
+        _sent(S.pin_guard, note="when pinning"),
+        _sent(
+            S.set_lineage_flag,
+            "hidden",
+            note="when pinning anything but the hidden canonical Bot Chat: " + _PER_SEGMENT,
+        ),
+    ]
+
+
+def _resolve_id(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.session_exists),
+        _sent(S.ids_with_prefix, note="when no session has exactly this id"),
+    ]
+
+
+#: The forward walk of a compression chain (:func:`hermes_state.plans.session_flags._chain`).
+_PER_SEGMENT_DOWN = "once, and once more per continuation down the compression chain"
+
+
+def _resume(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.child_sessions, note=_PER_SEGMENT_DOWN + ", then per step below the tip"),
+        _sent(S.has_messages, note="once per step from the tip down (at most 32)"),
+    ]
+
+
+def _compression_lineage(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.lineage_row, note="once, and once more per step up to the lineage's root"),
+        _sent(S.child_sessions, note="once per compressed segment, from the root down"),
+    ]
+
+
+def _deletion(given: str) -> Callable[[Capabilities], list[Sent]]:
+    """A delete (:func:`hermes_state.plans.session_flags._deletion`): existence and handoff
+    state, the delegate runs, the refusals, then the rows of each session deleted."""
+    each = "once per session deleted (with its delegate runs)"
+
+    def steps(_caps: Capabilities) -> list[Sent]:
+        return [
+            _sent(S.session_in_flight, note=f"once for {given}, then once per delegate run"),
+            _sent(S.delegate_candidates, note="when a session given exists"),
+            _sent(S.lineage_parent, note=f"for {given}: " + _PER_WALK),
+            _sent(S.live_turn_lease, note="once per session deleted and conversation of one"),
+            _sent(S.orphan_children, note=each),
+            _sent(S.delete_session_messages, note=each),
+            _sent(S.delete_session_usage, note=each),
+            _sent(S.delete_session_turn_lease, note=each),
+            _sent(S.delete_session_row, note=each),
+            _sent(S.delete_unreferenced_prompts),
+        ]
+
+    return steps
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A store operation (a method of :class:`~hermes_state.SessionDB`), called as ``call``
@@ -347,6 +419,7 @@ _TURNS = "Session turn leases"
 _AUDIT = "Audit trail"
 _READS = "Reads"
 _TITLES = "Titles"
+_FLAGS = "Session flags, ids and meta"
 
 _O = Operation
 #: Every operation, in the order of the index; a variant is an operation called with the
@@ -697,6 +770,73 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "get_next_title_in_lineage(base_title)",
         _only(S.lineage),
     ),
+    _O(
+        _FLAGS,
+        "set_session_archived",
+        "",
+        "set_session_archived(session_id, archived)",
+        _lineage_flag("archived"),
+    ),
+    _O(_FLAGS, "set_session_pinned", "", "set_session_pinned(session_id, pinned)", _pin),
+    _O(
+        _FLAGS,
+        "set_session_hidden",
+        "",
+        "set_session_hidden(session_id, hidden)",
+        _lineage_flag("hidden"),
+    ),
+    _O(
+        _FLAGS,
+        "set_session_read",
+        "",
+        "set_session_read(session_id, read)",
+        _lineage_flag("last_read_at"),
+    ),
+    _O(
+        _FLAGS,
+        "resolve_session_id",
+        "",
+        "resolve_session_id(session_id_or_prefix)",
+        _resolve_id,
+    ),
+    _O(
+        _FLAGS,
+        "resolve_resume_session_id",
+        "",
+        "resolve_resume_session_id(session_id)",
+        _resume,
+    ),
+    _O(
+        _FLAGS,
+        "get_compression_chain",
+        "",
+        "get_compression_chain(session_id)",
+        _only(S.child_sessions, note=_PER_SEGMENT_DOWN),
+    ),
+    _O(
+        _FLAGS,
+        "get_compression_tip",
+        "",
+        "get_compression_tip(session_id)",
+        _only(S.child_sessions, note=_PER_SEGMENT_DOWN),
+    ),
+    _O(
+        _FLAGS,
+        "get_compression_lineage",
+        "",
+        "get_compression_lineage(session_id)",
+        _compression_lineage,
+    ),
+    _O(_FLAGS, "delete_session", "", "delete_session(session_id)", _deletion("the session")),
+    _O(
+        _FLAGS,
+        "delete_sessions",
+        "",
+        "delete_sessions(session_ids)",
+        _deletion("each session given"),
+    ),
+    _O(_FLAGS, "get_meta", "", "get_meta(key)", _only(S.get_meta)),
+    _O(_FLAGS, "set_meta", "", "set_meta(key, value)", lambda caps: [_sent(S.set_meta, caps.name)]),
 )
 
 #: Builders of :mod:`hermes_state.statements` no operation sends, and why.

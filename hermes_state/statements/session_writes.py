@@ -13,6 +13,7 @@ from sqlalchemy import (
     Insert,
     Integer,
     Select,
+    String,
     Update,
     bindparam,
     case,
@@ -94,7 +95,9 @@ def store_system_prompt(dialect_name: str) -> Insert:
 def forget_system_prompt() -> Delete:
     """Delete the prompt ``:old_hash`` when no session points at it any more (only that one:
     upstream sweeps the whole table; the hash a write replaced is the only one it can orphan)."""
-    used = exists().where(_c.system_prompt_hash == bindparam("old_hash"))
+    old: ColumnElement[str] = bindparam("old_hash", type_=String(64))
+    # Upstream's newest files also keep a session's tool names in this table, by hash.
+    used = exists().where(or_(_c.system_prompt_hash == old, _c.tool_names == old))
     return delete(system_prompts).where(system_prompts.c.hash == bindparam("old_hash"), ~used)
 
 

@@ -99,9 +99,9 @@ def turn_lease_holder() -> Select[tuple[str]]:
 
 
 @functools.cache
-def live_turn_lease() -> Select[tuple[float]]:
-    """The conversation's lease if it is live at ``:now`` (whoever holds it)."""
-    return select(_t.expires_at).where(
+def live_turn_lease() -> Select[tuple[str, float]]:
+    """Who holds the conversation's lease live at ``:now``, and until when, if anyone does."""
+    return select(_t.holder, _t.expires_at).where(
         _t.conversation_id == bindparam("conversation"),
         _t.expires_at > bindparam("now", type_=Double()),
     )

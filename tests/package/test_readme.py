@@ -109,6 +109,7 @@ FRAGMENTS = (
     'try_acquire_session_turn_lease("s1", "cli:pid=4242"',
     "get_next_title_in_lineage(",
     'db.ensure_session("s1")  # a gateway',
+    'db.set_session_archived("tip", True)',
 )
 
 
@@ -202,6 +203,13 @@ def test_the_session_rows_example(tmp_path: Path, isolated_home: Path) -> None:
             120,
             "nous",
         )
+
+
+def test_the_session_flags_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.set_session_archived("tip", True)'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert [db.get_session(s)["archived"] for s in ("root", "tip")] == [1, 1]  # type: ignore[index]
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

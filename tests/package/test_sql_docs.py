@@ -375,6 +375,19 @@ EXAMPLES: dict[str, Example] = {
     "get_handoff_state": _now(lambda db: db.get_handoff_state("idle")),
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),
+    "set_session_archived": _now(lambda db: db.set_session_archived("seg", True)),
+    "set_session_pinned": _now(lambda db: db.set_session_pinned("seg", True)),
+    "set_session_hidden": _now(lambda db: db.set_session_hidden("seg", True)),
+    "set_session_read": _now(lambda db: db.set_session_read("seg", False)),
+    "resolve_session_id": _now(lambda db: db.resolve_session_id("pend")),
+    "resolve_resume_session_id": _now(lambda db: db.resolve_resume_session_id("root")),
+    "get_compression_chain": _now(lambda db: db.get_compression_chain("root")),
+    "get_compression_tip": _now(lambda db: db.get_compression_tip("root")),
+    "get_compression_lineage": _now(lambda db: db.get_compression_lineage("seg")),
+    "delete_session": _now(lambda db: db.delete_session("idle")),
+    "delete_sessions": _now(lambda db: db.delete_sessions(["idle", "failed", "ghost"])),
+    "get_meta": _now(lambda db: db.get_meta("last_auto_archive")),
+    "set_meta": _now(lambda db: db.set_meta("last_auto_archive", "1700000000.0")),
 }
 
 

@@ -240,6 +240,12 @@ SAMPLES: dict[str, Any] = {
     "system_prompt": "be brief",
     "model": "gpt-5",
     "fn": lambda conn: conn.execute("SELECT 1").scalar_one(),
+    "archived": True,
+    "pinned": True,
+    "hidden": True,
+    "session_id_or_prefix": "s-",
+    "key": "last_auto_archive",
+    "value": "1700000000.0",
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {
@@ -249,6 +255,7 @@ WRITES = {
     "try_acquire_session_turn_lease",
     "acquire_session_turn_lease",
     "_execute_write",
+    "set_meta",
 }
 #: Where the absent store's answer differs from an empty file's, on purpose.
 DIFFERENT = {"handoff_change_token"}  # None: there is no file whose commits it could count
@@ -316,7 +323,19 @@ async def test_what_the_absent_store_refuses_is_what_would_write(name: str, tmp_
 
 
 #: A wrong value for some of the parameters, by name.
-BAD = {"session_id": 7, "session_ids": "s-1", "limit": -1, "errors": ["s-1"], "holder": " "}
+BAD = {
+    "session_id": 7,
+    "session_ids": "s-1",
+    "limit": -1,
+    "errors": ["s-1"],
+    "holder": " ",
+    "archived": "yes",
+    "pinned": None,
+    "hidden": 2,
+    "session_id_or_prefix": 7,
+    "key": " ",
+    "value": 7,
+}
 
 
 def with_bad_input(name: str) -> list[Any] | None:

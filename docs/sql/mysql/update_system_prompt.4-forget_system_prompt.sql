@@ -5,5 +5,5 @@ DELETE FROM system_prompts
 WHERE system_prompts.hash = :old_hash AND NOT (EXISTS (
   SELECT *
   FROM sessions
-  WHERE sessions.system_prompt_hash = :old_hash
+  WHERE sessions.system_prompt_hash = :old_hash OR sessions.tool_names = :old_hash
 ));

@@ -5,5 +5,5 @@ DELETE FROM system_prompts
 WHERE system_prompts.hash = :old_hash::VARCHAR AND NOT (EXISTS (
   SELECT *
   FROM sessions
-  WHERE sessions.system_prompt_hash = :old_hash::VARCHAR
+  WHERE sessions.system_prompt_hash = :old_hash::VARCHAR OR sessions.tool_names = :old_hash::VARCHAR
 ));

@@ -1,0 +1,6 @@
+-- statements.delegate_candidates(), sent by delete_session(session_id)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 2 of 10, when a session given exists.
+
+SELECT sessions.id, sessions.parent_session_id, sessions.model_config
+FROM sessions
+WHERE sessions.model_config LIKE '%/_delegate/_from%' ESCAPE '/';

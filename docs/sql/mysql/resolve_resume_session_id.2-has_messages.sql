@@ -1,0 +1,6 @@
+-- statements.has_messages(), sent by resolve_resume_session_id(session_id)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 2 of 2, once per step from the tip down (at most 32).
+
+SELECT min(messages.id) AS first
+FROM messages
+WHERE messages.session_id = :session_id;

@@ -1,0 +1,6 @@
+-- statements.set_lineage_flag(column='archived'), sent by set_session_archived(session_id, archived)
+-- PostgreSQL (psycopg): step 2 of 2, once per session of the lineage.
+
+UPDATE sessions
+SET archived=:value::INTEGER
+WHERE sessions.id = :session_id::VARCHAR;
