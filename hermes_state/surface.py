@@ -404,5 +404,31 @@ class Store(Protocol):
         """
         ...
 
+    # -- messages ---------------------------------------------------------------------------
+
+    def append_messages_batch(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int:
+        """Upstream's batch append: every message dict (``role``, ``content`` and the keys
+        ``append_message`` takes; others are ignored) lands in one transaction, or none does;
+        the session's counters move once for all of them. Returns how many were appended (0
+        for an empty list, which touches nothing).
+
+        Stored as ``append_message`` stores each, but the reasoning fields are kept on
+        assistant messages only and ``message_id`` stands in for ``platform_message_id``;
+        messages without a timestamp get the clock's, each a microsecond after the one
+        before. An unknown session raises ``UnknownSessionError``. ``chunk_rows`` is accepted
+        and checked, but the batch stays one transaction; ``compression_lock_holder`` changes
+        nothing (upstream's appends never wait for a compression); ``turn_lease_holder`` is
+        refused until fenced writes exist.
+        """
+        ...
+
 
 from .operations import AsyncStore  # noqa: E402  (generated from Store, above)

@@ -348,3 +348,36 @@ class AsyncOperations:
         the failures of the last hour with their most common errors.
         """
         return await self._run(self._plans.handoff_stats())
+
+    async def append_messages_batch(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int:
+        """Upstream's batch append: every message dict (``role``, ``content`` and the keys
+        ``append_message`` takes; others are ignored) lands in one transaction, or none does;
+        the session's counters move once for all of them. Returns how many were appended (0
+        for an empty list, which touches nothing).
+
+        Stored as ``append_message`` stores each, but the reasoning fields are kept on
+        assistant messages only and ``message_id`` stands in for ``platform_message_id``;
+        messages without a timestamp get the clock's, each a microsecond after the one
+        before. An unknown session raises ``UnknownSessionError``. ``chunk_rows`` is accepted
+        and checked, but the batch stays one transaction; ``compression_lock_holder`` changes
+        nothing (upstream's appends never wait for a compression); ``turn_lease_holder`` is
+        refused until fenced writes exist.
+        """
+        return await self._run(
+            self._plans.append_messages_batch(
+                session_id=session_id,
+                messages=messages,
+                compression_lock_holder=compression_lock_holder,
+                turn_lease_holder=turn_lease_holder,
+                chunk_rows=chunk_rows,
+                turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+            )
+        )

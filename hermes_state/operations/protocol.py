@@ -197,3 +197,13 @@ class AsyncStore(Protocol):
     async def handoff_change_token(self) -> int | None: ...
 
     async def handoff_stats(self) -> Row: ...
+
+    async def append_messages_batch(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int: ...

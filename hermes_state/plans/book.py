@@ -13,6 +13,7 @@ from ..validation import (
     NAME_LENGTH,
     ROLE_LENGTH,
     clean_error,
+    require_content,
     require_count,
     require_fields,
     require_identifier,
@@ -26,6 +27,7 @@ from ..validation import (
 )
 from .claims import ClaimBatch, _claim_batch, _claim_given, _claim_next
 from .core import MAX_BATCH, MIN_TURN_LEASE_SECONDS, ClaimLedger, Ownership, Plan, Row
+from .messages import MessagePlans
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
 from .titles import TitlePlans
 from .transcript import _append_message, _create_session, _transcript, _transcripts
@@ -52,7 +54,7 @@ from .turn_leases import (
 )
 
 
-class PlanBook(TitlePlans):
+class PlanBook(TitlePlans, MessagePlans):
     """Builds the plan of every store operation, with the store's context bound.
 
     Both stores hold one and only run its plans (synchronously or awaited), so the wiring of
@@ -99,7 +101,7 @@ class PlanBook(TitlePlans):
             **values,
             "session_id": require_identifier("session_id", session_id),
             "role": require_identifier("role", role, max_length=ROLE_LENGTH),
-            "content": require_text("content", content),
+            "content": require_content(content),
             "now": self.clock() if timestamp is None else timestamp,
             "tool_calls_added": tool_calls,
         }

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import statements
-from ..content import decoded_content
+from ..content import decoded_content, from_server, to_server
 from ..errors import HermesStateError, UnknownSessionError
 from ..statements import Capabilities
 from .core import Body, Row, Step
@@ -18,7 +18,17 @@ def _create_session(caps: Capabilities, params: Mapping[str, Any]) -> Body[str]:
     return str(params["id"])
 
 
+def _stored(caps: Capabilities, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A message's parameters with its content as this dialect stores it: upstream's form on
+    SQLite, the server form (:mod:`hermes_state.content`) elsewhere."""
+    content = params["content"]
+    if caps.name == "sqlite" or not content:
+        return params
+    return {**params, "content": to_server(content)}
+
+
 def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
+    params = _stored(caps, params)
     if caps.single_statement:
         appended = yield Step(statements.append_message_counted(), params)
         if not appended.rows:
@@ -59,7 +69,11 @@ def _decoded_json(text: Any, fallback: Any) -> Any:
 
 def _transcript_entry(row: Row, server: bool = False) -> Row:
     """A message as upstream's ``get_messages`` returns it: every column, JSON decoded."""
-    row["content"] = decoded_content(row.get("content"), server=server)
+    content = row.get("content")
+    if server and isinstance(content, str):
+        # Undone, the server form is upstream's: a leading U+FFFF left now was escaped text.
+        content = from_server(content)
+    row["content"] = decoded_content(content)
     for name in _INTERNAL_MESSAGE_COLUMNS:
         row.pop(name, None)
     if row.pop("_compressed_summary", None):

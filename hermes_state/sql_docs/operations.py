@@ -264,6 +264,13 @@ def _set_title(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _append_batch(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.count_appended_messages, note="the session must exist"),
+        _sent(S.append_message, False, note="once per message"),
+    ]
+
+
 def _stats(_caps: Capabilities) -> list[Sent]:
     return [
         _sent(S.count_handoffs_by_state),
@@ -300,6 +307,7 @@ _TURNS = "Session turn leases"
 _AUDIT = "Audit trail"
 _READS = "Reads"
 _TITLES = "Titles"
+_MESSAGES = "Messages"
 
 _O = Operation
 #: Every operation, in the order of the index; a variant is an operation called with the
@@ -598,6 +606,14 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "get_next_title_in_lineage(base_title)",
         _only(S.lineage),
+    ),
+    # -- messages
+    _O(
+        _MESSAGES,
+        "append_messages_batch",
+        "",
+        "append_messages_batch(session_id, messages)",
+        _append_batch,
     ),
 )
 

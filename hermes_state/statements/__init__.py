@@ -46,6 +46,7 @@ from .core import (
     session_columns,
     state_is,
 )
+from .messages import count_appended_messages
 from .reads import (
     count_handoffs_by_state,
     get_handoff_state,
@@ -117,6 +118,7 @@ __all__ = [
     "complete_handoff",
     "count_all_messages",
     "count_appended_message",
+    "count_appended_messages",
     "count_failures_since",
     "count_handoffs_by_state",
     "count_messages",

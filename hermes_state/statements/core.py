@@ -41,6 +41,7 @@ MESSAGE_FIELDS = (
     "codex_message_items",
     "platform_message_id",
     "observed",
+    "_compressed_summary",
     "api_content",
     "display_kind",
     "display_metadata",

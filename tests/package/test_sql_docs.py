@@ -343,6 +343,10 @@ EXAMPLES: dict[str, Example] = {
     "get_handoff_state": _now(lambda db: db.get_handoff_state("idle")),
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),
+    # -- messages
+    "append_messages_batch": _now(
+        lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
+    ),
 }
 
 

@@ -237,6 +237,8 @@ SAMPLES: dict[str, Any] = {
     "title": "quarterly report",
     "base_title": "quarterly report #2",
     "fn": lambda conn: conn.execute("SELECT 1").scalar_one(),
+    # -- messages
+    "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {"create_session", "ensure_session", "try_acquire_session_turn_lease", "_execute_write"}
@@ -306,7 +308,15 @@ async def test_what_the_absent_store_refuses_is_what_would_write(name: str, tmp_
 
 
 #: A wrong value for some of the parameters, by name.
-BAD = {"session_id": 7, "session_ids": "s-1", "limit": -1, "errors": ["s-1"], "holder": " "}
+BAD = {
+    "session_id": 7,
+    "session_ids": "s-1",
+    "limit": -1,
+    "errors": ["s-1"],
+    "holder": " ",
+    # -- messages
+    "messages": "not a list",
+}
 
 
 def with_bad_input(name: str) -> list[Any] | None:
