@@ -105,9 +105,26 @@ class Store(Protocol):
         """
         ...
 
-    def get_messages(self, session_id: str) -> list[Row]:
+    def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        include_compacted: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[Row]:
         """The live transcript (rewound turns left out), oldest first: one dict per message
         with every column the table has, ``tool_calls`` decoded from JSON.
+
+        Upstream's switches: ``include_inactive`` adds the rewound rows; ``include_compacted``
+        reads the display instead (the live rows and those compaction archived, each message
+        of several compaction generations once). ``limit`` and ``offset`` page it from the
+        oldest, or from the newest with ``latest`` (the page still oldest first);
+        ``after_id`` returns the rows after that id (not with ``latest``, ``offset`` or
+        ``include_compacted``: ``InvalidInputError``). Paged reads cost what they return, but
+        ``include_compacted`` reads the whole display to deduplicate it, as upstream does.
         """
         ...
 

@@ -19,13 +19,16 @@ __all__ = [
     "require_content",
     "require_count",
     "require_fields",
+    "require_flag",
     "require_identifier",
     "require_identifiers",
     "require_message",
     "require_message_fields",
     "require_only_states",
+    "require_row_id",
     "require_scope",
     "require_seconds",
+    "require_size",
     "require_state",
     "require_text",
     "scrub_surrogates",
@@ -137,6 +140,31 @@ def require_count(name: str, value: object, *, maximum: int | None = None) -> in
         raise InvalidInputError(f"{name} must be at least 1, not {value}")
     if maximum is not None and value > maximum:
         raise InvalidInputError(f"{name} must be at most {maximum}, not {value}")
+    return value
+
+
+def require_size(name: str, value: object) -> int:
+    """A whole number >= 0: how many rows to return or to skip."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
+    if value < 0:
+        raise InvalidInputError(f"{name} must not be negative, not {value}")
+    return value
+
+
+def require_row_id(name: str, value: object) -> int:
+    """A message id (any int: one that names no row simply matches nothing)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputTypeError(
+            f"{name} must be a message id (an int), not {_type_name(value)}"
+        )
+    return value
+
+
+def require_flag(name: str, value: object) -> bool:
+    """A switch: True or False (anything else is almost always a misplaced argument)."""
+    if not isinstance(value, bool):
+        raise InvalidInputTypeError(f"{name} must be True or False, not {_type_name(value)}")
     return value
 
 

@@ -51,11 +51,38 @@ class AsyncOperations:
             self._plans.append_message(session_id=session_id, role=role, content=content, **fields)
         )
 
-    async def get_messages(self, session_id: str) -> list[Row]:
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        include_compacted: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[Row]:
         """The live transcript (rewound turns left out), oldest first: one dict per message
         with every column the table has, ``tool_calls`` decoded from JSON.
+
+        Upstream's switches: ``include_inactive`` adds the rewound rows; ``include_compacted``
+        reads the display instead (the live rows and those compaction archived, each message
+        of several compaction generations once). ``limit`` and ``offset`` page it from the
+        oldest, or from the newest with ``latest`` (the page still oldest first);
+        ``after_id`` returns the rows after that id (not with ``latest``, ``offset`` or
+        ``include_compacted``: ``InvalidInputError``). Paged reads cost what they return, but
+        ``include_compacted`` reads the whole display to deduplicate it, as upstream does.
         """
-        return await self._run(self._plans.get_messages(session_id=session_id))
+        return await self._run(
+            self._plans.get_messages(
+                session_id=session_id,
+                include_inactive=include_inactive,
+                include_compacted=include_compacted,
+                limit=limit,
+                offset=offset,
+                latest=latest,
+                after_id=after_id,
+            )
+        )
 
     async def count_messages(self, session_id: str) -> int:
         """How many messages ``get_messages`` would return, counted in the database (0 for an

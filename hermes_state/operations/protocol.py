@@ -64,7 +64,16 @@ class AsyncStore(Protocol):
         self, session_id: str, role: str, content: str | None = None, **fields: Any
     ) -> int: ...
 
-    async def get_messages(self, session_id: str) -> list[Row]: ...
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        include_compacted: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[Row]: ...
 
     async def count_messages(self, session_id: str) -> int: ...
 

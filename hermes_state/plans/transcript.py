@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .. import statements
@@ -86,10 +87,67 @@ def _transcript_entry(row: Row, server: bool = False) -> Row:
     return row
 
 
-def _transcript(caps: Capabilities, params: Mapping[str, Any]) -> Body[list[Row]]:
-    outcome = yield Step(statements.get_messages(), params)
+#: What makes two rows one message to a reader: compaction copies the turns it keeps, whole,
+#: into each new generation (upstream's key, on the stored values).
+_DISPLAY_KEY = ("role", "content", "timestamp", "tool_call_id", "tool_calls", "tool_name")
+
+
+def displayed_once(rows: list[Row]) -> list[Row]:
+    """``rows`` (in id order) with each message of several compaction generations once: its
+    live row if it has one, else its newest; placed where its first copy was written."""
+    chosen: dict[tuple[Any, ...], Row] = {}
+    first: dict[tuple[Any, ...], int] = {}
+    for row in rows:
+        key = tuple(row[name] for name in _DISPLAY_KEY)
+        current = chosen.get(key)
+        if current is None or (row["active"] or 0, row["id"]) >= (
+            current["active"] or 0,
+            current["id"],
+        ):
+            chosen[key] = row
+        first.setdefault(key, row["id"])
+    return [chosen[key] for key in sorted(chosen, key=first.__getitem__)]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Which part of a transcript ``get_messages`` returns, as upstream pages it."""
+
+    latest: bool = False
+    limit: int | None = None
+    offset: int = 0
+    after_id: int | None = None
+
+
+def _transcript(
+    caps: Capabilities,
+    params: Mapping[str, Any],
+    visibility: statements.Visibility = statements.Visibility.LIVE,
+    page: Page = Page(),
+    once: bool = False,
+) -> Body[list[Row]]:
+    if once:
+        # One message per compaction generation: deduplicated before paging, over the whole
+        # display (upstream pages the deduplicated list too).
+        outcome = yield Step(statements.get_messages(visibility), params)
+        rows = displayed_once(outcome.rows)
+        if page.latest:
+            rows.reverse()
+        rows = rows[page.offset :] if page.limit is None else rows[page.offset :][: page.limit]
+        if page.latest:
+            rows.reverse()
+    else:
+        statement = statements.get_messages(
+            visibility,
+            newest_first=page.latest,
+            after=page.after_id is not None,
+            limited=page.limit is not None,
+            skipped=page.offset > 0,
+        )
+        outcome = yield Step(statement, params)
+        rows = outcome.rows[::-1] if page.latest else outcome.rows
     server = caps.name != "sqlite"
-    return [_transcript_entry(row, server) for row in outcome.rows]
+    return [_transcript_entry(row, server) for row in rows]
 
 
 def _transcripts(caps: Capabilities, ids: list[str]) -> Body[dict[str, list[Row]]]:

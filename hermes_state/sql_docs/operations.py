@@ -610,6 +610,41 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     # -- messages
     _O(
         _MESSAGES,
+        "get_messages",
+        "paged",
+        "get_messages(session_id, limit=limit, offset=offset)",
+        _only(S.get_messages, limited=True, skipped=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "latest",
+        "get_messages(session_id, limit=limit, latest=True)",
+        _only(S.get_messages, newest_first=True, limited=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "after",
+        "get_messages(session_id, limit=limit, after_id=after_id)",
+        _only(S.get_messages, after=True, limited=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "inactive",
+        "get_messages(session_id, include_inactive=True)",
+        _only(S.get_messages, S.Visibility.ALL),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "compacted",
+        "get_messages(session_id, include_compacted=True)",
+        _only(S.get_messages, S.Visibility.DISPLAY),
+    ),
+    _O(
+        _MESSAGES,
         "append_messages_batch",
         "",
         "append_messages_batch(session_id, messages)",

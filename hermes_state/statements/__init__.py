@@ -62,6 +62,7 @@ from .reads import count_sessions as count_sessions
 from .reads import list_sessions as list_sessions
 from .titles import get_title, lineage, session_by_title, set_title, title_holder
 from .transcript import (
+    Visibility,
     append_message,
     append_message_counted,
     count_all_messages,
@@ -108,6 +109,7 @@ __all__ = [
     "PickedClaim",
     "ReclaimScope",
     "Transition",
+    "Visibility",
     "append_message",
     "append_message_counted",
     "claim_handoff",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy import (
     exists,
     func,
     literal_column,
+    or_,
     select,
 )
 
@@ -91,18 +93,62 @@ def append_message_counted() -> Select[tuple[int]]:
     return select(inserted.c.id).add_cte(counted)
 
 
-@functools.cache
-def get_messages() -> Select[Any]:
-    """The live transcript (rewound turns, ``active = 0``, left out), oldest first, with every
-    column the table has: ``*`` also reads the columns of an adopted file the models do not
-    know, with no reflection and one compiled statement."""
+class Visibility(enum.Enum):
+    """Which of a session's messages a read sees (upstream's ``include_*`` switches)."""
+
+    #: The live transcript: rewound and compacted turns (``active = 0``) left out.
+    LIVE = "live"
+    #: What a display shows: the live rows and those compaction archived (``compacted = 1``),
+    #: never the turns a user rewound.
+    DISPLAY = "display"
+    #: Every row, rewound ones too.
+    ALL = "all"
+
+
+def visible(visibility: Visibility) -> Any:
+    """The condition on ``messages`` of ``visibility`` (None for every row)."""
     m = messages.c
-    return (
+    one: Any = literal_column("1")
+    if visibility is Visibility.LIVE:
+        return m.active == one
+    if visibility is Visibility.DISPLAY:
+        return or_(m.active == one, m.compacted == one)
+    return None
+
+
+@functools.cache
+def get_messages(
+    visibility: Visibility = Visibility.LIVE,
+    *,
+    newest_first: bool = False,
+    after: bool = False,
+    limited: bool = False,
+    skipped: bool = False,
+) -> Select[Any]:
+    """The messages of ``:session_id`` that ``visibility`` sees (by default the live
+    transcript), oldest first, with every column the table has: ``*`` also reads the columns
+    of an adopted file the models do not know, with no reflection and one compiled statement.
+
+    ``newest_first`` orders them the other way; ``after`` keeps those after ``:after_id``;
+    ``limited`` returns at most ``:limit``, ``skipped`` leaves out the first ``:offset``. The
+    index on ``session_id, id`` serves each form, so a page costs what it returns."""
+    m = messages.c
+    condition = visible(visibility)
+    stmt: Select[Any] = (
         select(literal_column("*"))
         .select_from(messages)
-        .where(m.session_id == bindparam("session_id"), m.active == literal_column("1"))
-        .order_by(m.id)
+        .where(m.session_id == bindparam("session_id"))
     )
+    if condition is not None:
+        stmt = stmt.where(condition)
+    if after:
+        stmt = stmt.where(m.id > bindparam("after_id", type_=Integer()))
+    stmt = stmt.order_by(m.id.desc() if newest_first else m.id)
+    if limited:
+        stmt = stmt.limit(bindparam("limit", type_=Integer()))
+    if skipped:
+        stmt = stmt.offset(bindparam("offset", type_=Integer()))
+    return stmt
 
 
 @functools.cache

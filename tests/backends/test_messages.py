@@ -249,3 +249,141 @@ def test_a_batch_refuses_what_it_cannot_honour(store: SessionDB) -> None:
     # A compression lock holder changes nothing for an append; chunks stay one transaction.
     assert store.append_messages_batch("s", turn, compression_lock_holder="c", chunk_rows=1) == 4
     assert counters(store, "s") == (4, 1)
+
+
+# -- get_messages: upstream's switches and pages -------------------------------------------------
+
+
+def mark(db: SessionDB, message_ids: list[int], *, active: int, compacted: int = 0) -> None:
+    """What upstream's rewind (active 0) and in-place compaction (active 0, compacted 1) leave
+    on rows, written as upstream writes it."""
+    statement = (
+        models.messages.update()
+        .where(_m.id.in_(message_ids))
+        .values(active=active, compacted=compacted)
+    )
+    with cached_engine(db.url).begin() as connection:
+        connection.execute(statement)
+
+
+def numbered(db: SessionDB, session_id: str, count: int) -> list[int]:
+    db.create_session(session_id, "cli")
+    roles = ("user", "assistant")
+    return [db.append_message(session_id, roles[n % 2], f"m{n}") for n in range(count)]
+
+
+def contents(rows: list[dict[str, Any]]) -> list[Any]:
+    return [row["content"] for row in rows]
+
+
+def test_pages_of_the_transcript_as_upstream_pages_it(any_store: SessionDB) -> None:
+    ids = numbered(any_store, "s", 10)
+    numbered(any_store, "other", 3)
+    get = any_store.get_messages
+    assert contents(get("s", limit=3)) == ["m0", "m1", "m2"]
+    assert contents(get("s", limit=3, offset=8)) == ["m8", "m9"]
+    assert contents(get("s", offset=7)) == ["m7", "m8", "m9"]
+    assert contents(get("s", limit=3, latest=True)) == ["m7", "m8", "m9"]  # oldest first
+    assert contents(get("s", limit=3, offset=2, latest=True)) == ["m5", "m6", "m7"]
+    assert contents(get("s", latest=True)) == [f"m{n}" for n in range(10)]
+    assert contents(get("s", after_id=ids[6])) == ["m7", "m8", "m9"]
+    assert contents(get("s", after_id=ids[2], limit=2)) == ["m3", "m4"]
+    assert get("s", limit=0) == []
+    assert get("s", after_id=ids[-1]) == []
+    assert get("nobody", limit=5, latest=True) == []
+    assert get("s", limit=2) == get("s")[:2]  # the same rows, whole
+
+
+def test_rewound_rows_are_read_with_include_inactive(any_store: SessionDB) -> None:
+    ids = numbered(any_store, "s", 5)
+    mark(any_store, ids[1:3], active=0)
+    assert contents(any_store.get_messages("s")) == ["m0", "m3", "m4"]
+    every = any_store.get_messages("s", include_inactive=True)
+    assert contents(every) == [f"m{n}" for n in range(5)]
+    assert [row["active"] for row in every] == [1, 0, 0, 1, 1]
+    page = any_store.get_messages("s", include_inactive=True, limit=2, latest=True)
+    assert contents(page) == ["m3", "m4"]
+
+
+def compacted_session(db: SessionDB) -> list[int]:
+    """Four turns compacted in place: archived (active 0, compacted 1), then a summary and
+    verbatim copies of the last two as the new live rows; then a turn the user rewound."""
+    db.create_session("c", "cli")
+    turns = [("user", "q1", 1.0), ("assistant", "a1", 2.0), ("user", "q2", 3.0)]
+    turns.append(("assistant", "a2", 4.0))
+    ids = [db.append_message("c", role, text, timestamp=at) for role, text, at in turns]
+    mark(db, ids, active=0, compacted=1)
+    db.append_messages_batch(
+        "c",
+        [
+            {"role": "assistant", "content": "summary of q1", "_compressed_summary": True},
+            *({"role": r, "content": t, "timestamp": at} for r, t, at in turns[2:]),
+        ],
+    )
+    rewound = db.append_message("c", "user", "taken back")
+    mark(db, [rewound], active=0)
+    return ids
+
+
+def test_include_compacted_reads_the_display_each_message_once(any_store: SessionDB) -> None:
+    compacted_session(any_store)
+    live = any_store.get_messages("c")
+    assert contents(live) == ["summary of q1", "q2", "a2"]
+    display = any_store.get_messages("c", include_compacted=True)
+    assert contents(display) == ["q1", "a1", "q2", "a2", "summary of q1"]
+    # A message with a live copy is shown by the copy.
+    assert [row["active"] for row in display] == [0, 0, 1, 1, 1]
+    assert [row["id"] for row in display[2:4]] == [row["id"] for row in live[1:]]
+    page = any_store.get_messages("c", include_compacted=True, limit=2, offset=1, latest=True)
+    assert contents(page) == ["q2", "a2"]
+    everything = any_store.get_messages("c", include_compacted=True, include_inactive=True)
+    assert contents(everything) == ["q1", "a1", "q2", "a2", "summary of q1", "taken back"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        pytest.param({"after_id": 1, "latest": True}, InvalidInputError, id="after-latest"),
+        pytest.param({"after_id": 1, "offset": 2}, InvalidInputError, id="after-offset"),
+        pytest.param({"after_id": 1, "include_compacted": True}, InvalidInputError, id="after-cmp"),
+        pytest.param({"limit": -1}, InvalidInputError, id="limit-negative"),
+        pytest.param({"offset": -1}, InvalidInputError, id="offset-negative"),
+        pytest.param({"limit": "5"}, InvalidInputTypeError, id="limit-str"),
+        pytest.param({"limit": True}, InvalidInputTypeError, id="limit-bool"),
+        pytest.param({"after_id": 2.5}, InvalidInputTypeError, id="after-float"),
+        pytest.param({"latest": 1}, InvalidInputTypeError, id="latest-int"),
+        pytest.param({"include_inactive": "yes"}, InvalidInputTypeError, id="inactive-str"),
+    ],
+)
+def test_pages_upstream_refuses_are_refused(
+    any_store: SessionDB, arguments: dict[str, Any], error: type[Exception]
+) -> None:
+    numbered(any_store, "s", 2)
+    with pytest.raises(error):
+        any_store.get_messages("s", **arguments)
+
+
+def explained(db: SessionDB, statement: Any, params: dict[str, Any]) -> str:
+    with cached_engine(db.url).connect() as connection:
+        compiled = statement.compile(dialect=connection.dialect)
+        values = compiled.construct_params(params)
+        ordered = tuple(values[name] for name in compiled.positiontup)
+        plan = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled.string}", ordered)
+        return " | ".join(str(row[-1]) for row in plan)
+
+
+def test_pages_and_windows_are_read_through_the_index(store: SessionDB) -> None:
+    if store.url.get_backend_name() != "sqlite":
+        pytest.skip("SQLite's plans are read here")
+    from hermes_state import statements
+
+    params = {"session_id": "s", "limit": 5, "offset": 1, "after_id": 3, "around_message_id": 9}
+    built = [
+        statements.get_messages(limited=True, skipped=True),
+        statements.get_messages(newest_first=True, limited=True),
+        statements.get_messages(statements.Visibility.ALL, after=True, limited=True),
+    ]
+    for statement in built:
+        plan = explained(store, statement, params)
+        assert "idx_messages_session_id" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan  # no sort: the index gives the order

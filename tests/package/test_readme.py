@@ -108,6 +108,8 @@ FRAGMENTS = (
     "claim_pending_handoffs(100)",
     'try_acquire_session_turn_lease("s1", "cli:pid=4242"',
     "get_next_title_in_lineage(",
+    # -- messages
+    'db.append_messages_batch(\n        "m1",',
 )
 
 
@@ -186,6 +188,13 @@ def test_the_titles_example(tmp_path: Path, isolated_home: Path) -> None:
     with SessionDB(isolated_home / "state.db") as db:
         assert db.get_session_title("t1") == "quarterly report"
         assert db.get_session_title("t2") == "quarterly report #2"
+
+
+def test_the_messages_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.append_messages_batch(\n        "m1",'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.message_count("m1") == 2
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

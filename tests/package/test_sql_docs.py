@@ -344,6 +344,11 @@ EXAMPLES: dict[str, Example] = {
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),
     # -- messages
+    "get_messages.paged": _now(lambda db: db.get_messages("idle", limit=10, offset=1)),
+    "get_messages.latest": _now(lambda db: db.get_messages("idle", limit=10, latest=True)),
+    "get_messages.after": _now(lambda db: db.get_messages("idle", limit=10, after_id=0)),
+    "get_messages.inactive": _now(lambda db: db.get_messages("idle", include_inactive=True)),
+    "get_messages.compacted": _now(lambda db: db.get_messages("idle", include_compacted=True)),
     "append_messages_batch": _now(
         lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
     ),
