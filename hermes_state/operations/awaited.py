@@ -408,3 +408,20 @@ class AsyncOperations:
                 turn_lease_ttl_seconds=turn_lease_ttl_seconds,
             )
         )
+
+    async def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """Upstream's anchored window: ``{"window": [...], "messages_before": n,
+        "messages_after": m}``, the messages of ``session_id`` from ``window`` before the
+        message ``around_message_id`` to ``window`` after it, oldest first, rewound ones
+        included, each as ``get_messages`` returns it (but ``_compressed_summary`` as
+        stored). ``messages_before`` / ``messages_after`` count each side without the anchor:
+        fewer than ``window`` means the session starts or ends there. A negative window is
+        0; an anchor that is not a message of this session gives an empty window and zeros.
+        """
+        return await self._run(
+            self._plans.get_messages_around(
+                session_id=session_id, around_message_id=around_message_id, window=window
+            )
+        )

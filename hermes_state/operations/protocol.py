@@ -216,3 +216,7 @@ class AsyncStore(Protocol):
         chunk_rows: int | None = None,
         turn_lease_ttl_seconds: float = 300.0,
     ) -> int: ...
+
+    async def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]: ...

@@ -15,11 +15,12 @@ from ..validation import (
     require_count,
     require_identifier,
     require_message,
+    require_row_id,
     require_seconds,
 )
-from .core import Body, Plan, Step
+from .core import Body, Plan, Row, Step
 from .reads import _constant
-from .transcript import _stored, _unknown_session
+from .transcript import _stored, _transcript_entry, _unknown_session
 
 #: How far apart upstream keeps the timestamps of a batch's messages that carry none (or the
 #: same one): each is at least this much after the one before, so they sort as they came.
@@ -36,6 +37,21 @@ def _append_batch(
     for row in rows:
         yield Step(insert, _stored(caps, row))
     return len(rows)
+
+
+def _around(caps: Capabilities, params: Mapping[str, Any], window: int) -> Body[Row]:
+    anchor = params["around_message_id"]
+    before = yield Step(statements.messages_around(True), {**params, "limit": window + 1})
+    if not before.rows or before.rows[0]["id"] != anchor:  # not a message of this session
+        return {"window": [], "messages_before": 0, "messages_after": 0}
+    after = yield Step(statements.messages_around(False), {**params, "limit": window})
+    server = caps.name != "sqlite"
+    rows = [*reversed(before.rows), *after.rows]
+    return {
+        "window": [_transcript_entry(row, server, summary_flag=False) for row in rows],
+        "messages_before": len(before.rows) - 1,  # the anchor is the first of them
+        "messages_after": len(after.rows),
+    }
 
 
 def _no_turn_lease(turn_lease_holder: object) -> None:
@@ -99,3 +115,16 @@ class MessagePlans:
             "tool_calls_added": tool_calls_added,
         }
         return Plan(_append_batch, rows, totals, writes=True, single_statement=False)
+
+    def get_messages_around(
+        self, session_id: object, around_message_id: object, window: object = 5
+    ) -> Plan[Row]:
+        """Up to ``window`` messages either side of a message of the session, and how many
+        of each side there were (fewer than ``window``: the session's start or end)."""
+        params = {
+            "session_id": require_identifier("session_id", session_id),
+            "around_message_id": require_row_id("around_message_id", around_message_id),
+        }
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise InvalidInputTypeError(f"window must be an int, not {type(window).__name__}")
+        return Plan(_around, params, max(window, 0), writes=False, single_statement=False)

@@ -68,8 +68,9 @@ def _decoded_json(text: Any, fallback: Any) -> Any:
         return fallback
 
 
-def _transcript_entry(row: Row, server: bool = False) -> Row:
-    """A message as upstream's ``get_messages`` returns it: every column, JSON decoded."""
+def _transcript_entry(row: Row, server: bool = False, summary_flag: bool = True) -> Row:
+    """A message as upstream's ``get_messages`` returns it: every column, JSON decoded
+    (``_compressed_summary`` only when set, as True; as stored without ``summary_flag``)."""
     content = row.get("content")
     if server and isinstance(content, str):
         # Undone, the server form is upstream's: a leading U+FFFF left now was escaped text.
@@ -77,7 +78,7 @@ def _transcript_entry(row: Row, server: bool = False) -> Row:
     row["content"] = decoded_content(content)
     for name in _INTERNAL_MESSAGE_COLUMNS:
         row.pop(name, None)
-    if row.pop("_compressed_summary", None):
+    if summary_flag and row.pop("_compressed_summary", None):
         row["_compressed_summary"] = True
     if row.get("tool_calls"):
         row["tool_calls"] = _decoded_json(row["tool_calls"], [])

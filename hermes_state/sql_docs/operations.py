@@ -271,6 +271,13 @@ def _append_batch(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _around(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.messages_around, True),
+        _sent(S.messages_around, False, note="when the anchor is a message of the session"),
+    ]
+
+
 def _stats(_caps: Capabilities) -> list[Sent]:
     return [
         _sent(S.count_handoffs_by_state),
@@ -649,6 +656,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "append_messages_batch(session_id, messages)",
         _append_batch,
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_around",
+        "",
+        "get_messages_around(session_id, around_message_id, window)",
+        _around,
     ),
 )
 

@@ -46,7 +46,7 @@ from .core import (
     session_columns,
     state_is,
 )
-from .messages import count_appended_messages
+from .messages import count_appended_messages, messages_around
 from .reads import (
     count_handoffs_by_state,
     get_handoff_state,
@@ -142,6 +142,7 @@ __all__ = [
     "lineage",
     "lineage_parent",
     "list_handoffs",
+    "messages_around",
     "notify_handoff_requested",
     "oldest_pending_requested_at",
     "prune_events",

@@ -387,3 +387,86 @@ def test_pages_and_windows_are_read_through_the_index(store: SessionDB) -> None:
         plan = explained(store, statement, params)
         assert "idx_messages_session_id" in plan, plan
         assert "TEMP B-TREE" not in plan, plan  # no sort: the index gives the order
+
+
+# -- get_messages_around -------------------------------------------------------------------------
+
+
+def ids_of(view: dict[str, Any]) -> list[int]:
+    return [row["id"] for row in view["window"]]
+
+
+def test_a_window_around_a_message(any_store: SessionDB) -> None:
+    ids = numbered(any_store, "s", 10)
+    numbered(any_store, "other", 4)  # interleaved ids of another session never show
+    view = any_store.get_messages_around("s", ids[5], window=2)
+    assert ids_of(view) == ids[3:8]
+    assert (view["messages_before"], view["messages_after"]) == (2, 2)
+    assert contents(view["window"]) == ["m3", "m4", "m5", "m6", "m7"]
+    anchor_row = dict(view["window"][2])
+    assert anchor_row.pop("_compressed_summary") == 0  # kept as stored, unlike get_messages
+    assert anchor_row == any_store.get_messages("s")[5]
+    default = any_store.get_messages_around("s", ids[5])
+    assert ids_of(default) == ids[0:10]
+    assert (default["messages_before"], default["messages_after"]) == (5, 4)
+
+
+@pytest.mark.parametrize(
+    ("anchor", "window", "expected", "before", "after"),
+    [
+        pytest.param(0, 5, slice(0, 6), 0, 5, id="at-the-start"),
+        pytest.param(9, 5, slice(4, 10), 5, 0, id="at-the-end"),
+        pytest.param(4, 0, slice(4, 5), 0, 0, id="window-zero"),
+        pytest.param(4, -3, slice(4, 5), 0, 0, id="negative-window"),
+        pytest.param(4, 50, slice(0, 10), 4, 5, id="larger-than-the-session"),
+    ],
+)
+def test_a_window_tells_where_the_session_ends(
+    store: SessionDB, anchor: int, window: int, expected: slice, before: int, after: int
+) -> None:
+    ids = numbered(store, "s", 10)
+    view = store.get_messages_around("s", ids[anchor], window=window)
+    assert ids_of(view) == ids[expected]
+    assert (view["messages_before"], view["messages_after"]) == (before, after)
+
+
+def test_a_window_of_a_message_elsewhere_is_empty(any_store: SessionDB) -> None:
+    ids = numbered(any_store, "s", 3)
+    numbered(any_store, "other", 3)
+    empty = {"window": [], "messages_before": 0, "messages_after": 0}
+    assert any_store.get_messages_around("other", ids[1], window=2) == empty
+    assert any_store.get_messages_around("s", 10**9, window=2) == empty
+    assert any_store.get_messages_around("nobody", ids[1]) == empty
+    with pytest.raises(InvalidInputTypeError):
+        any_store.get_messages_around("s", str(ids[1]))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputTypeError):
+        any_store.get_messages_around("s", ids[1], window=2.0)  # type: ignore[arg-type]
+
+
+def test_a_window_shows_rewound_rows_and_decodes_them(any_store: SessionDB) -> None:
+    any_store.create_session("s", "cli")
+    calls = [{"id": "t1", "function": {"name": "x", "arguments": "{}"}}]
+    first = any_store.append_message("s", "assistant", "", tool_calls=calls)
+    rewound = any_store.append_message("s", "user", [{"type": "text", "text": "hi"}])
+    last = any_store.append_message("s", "tool", "result", tool_name="x")
+    mark(any_store, [rewound], active=0)
+    view = any_store.get_messages_around("s", last, window=2)
+    assert ids_of(view) == [first, rewound, last]
+    assert view["window"][0]["tool_calls"] == calls
+    assert view["window"][1]["content"] == [{"type": "text", "text": "hi"}]
+    assert view["window"][1]["active"] == 0
+    assert {row["_compressed_summary"] for row in view["window"]} == {0}  # as stored
+    scroll = any_store.get_messages_around("s", rewound, window=1)
+    assert ids_of(scroll) == [first, rewound, last]
+
+
+def test_a_window_is_read_through_the_index(store: SessionDB) -> None:
+    if store.url.get_backend_name() != "sqlite":
+        pytest.skip("SQLite's plans are read here")
+    from hermes_state import statements
+
+    params = {"session_id": "s", "around_message_id": 9, "limit": 3}
+    for before in (True, False):
+        plan = explained(store, statements.messages_around(before), params)
+        assert "idx_messages_session_id" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan

@@ -262,6 +262,16 @@ def _now(call: Callable[[SessionDB], object]) -> Example:
     return lambda db, _clock: lambda: call(db)
 
 
+def _anchored(call: Callable[[SessionDB, int], object]) -> Example:
+    """A call given the id of the message ``_state`` appended to the session "idle"."""
+
+    def example(db: SessionDB, _clock: HandClock) -> Callable[[], object]:
+        anchor = db.get_messages("idle")[0]["id"]
+        return lambda: call(db, anchor)
+
+    return example
+
+
 #: A call of every operation of the catalog, by its slug, made on the state :func:`_state`
 #: leaves; each must run every step the catalog lists for it.
 EXAMPLES: dict[str, Example] = {
@@ -349,6 +359,7 @@ EXAMPLES: dict[str, Example] = {
     "get_messages.after": _now(lambda db: db.get_messages("idle", limit=10, after_id=0)),
     "get_messages.inactive": _now(lambda db: db.get_messages("idle", include_inactive=True)),
     "get_messages.compacted": _now(lambda db: db.get_messages("idle", include_compacted=True)),
+    "get_messages_around": _anchored(lambda db, anchor: db.get_messages_around("idle", anchor, 2)),
     "append_messages_batch": _now(
         lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
     ),

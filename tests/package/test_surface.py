@@ -239,6 +239,7 @@ SAMPLES: dict[str, Any] = {
     "fn": lambda conn: conn.execute("SELECT 1").scalar_one(),
     # -- messages
     "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+    "around_message_id": 1,
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {"create_session", "ensure_session", "try_acquire_session_turn_lease", "_execute_write"}
