@@ -460,5 +460,32 @@ class Store(Protocol):
         """
         ...
 
+    def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        repair_alternation: bool = False,
+        include_row_ids: bool = False,
+        include_compacted: bool = False,
+    ) -> list[Row]:
+        """The transcript as upstream replays it to a model, in id order: ``{"role",
+        "content"}`` (recalled ``<memory-context>`` blocks taken out of user and assistant
+        text, which is trimmed; multimodal content decoded), then only the fields that say
+        something: ``tool_call_id``, ``tool_name``, ``effect_disposition``, ``tool_calls``
+        (decoded), ``message_id`` (the platform's id), ``observed``, ``finish_reason`` (any
+        role), ``api_content``, ``display_kind``, ``display_metadata``; on assistant turns
+        ``reasoning``, ``reasoning_content`` (even empty) and the structured reasoning,
+        decoded.
+
+        ``include_ancestors`` replays the lineage (each ``parent_session_id`` up to the root,
+        but a ``/branch`` copy alone), a user turn repeated across segments once;
+        ``include_inactive`` adds rewound turns; ``include_compacted`` reads the display as
+        ``get_messages`` does; ``include_row_ids`` adds ``_row_id``; ``repair_alternation``
+        keeps the ``_compressed_summary`` marker (the stored transcript is replayed as it
+        is: no turns are merged or inserted).
+        """
+        ...
+
 
 from .operations import AsyncStore  # noqa: E402  (generated from Store, above)

@@ -220,3 +220,13 @@ class AsyncStore(Protocol):
     async def get_messages_around(
         self, session_id: str, around_message_id: int, window: int = 5
     ) -> dict[str, Any]: ...
+
+    async def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        repair_alternation: bool = False,
+        include_row_ids: bool = False,
+        include_compacted: bool = False,
+    ) -> list[Row]: ...

@@ -3,8 +3,9 @@ rewinding."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from .. import statements
 from ..errors import InvalidInputError, InvalidInputTypeError
@@ -13,18 +14,22 @@ from ..validation import (
     ROLE_LENGTH,
     require_content,
     require_count,
+    require_flag,
     require_identifier,
     require_message,
     require_row_id,
     require_seconds,
 )
+from .conversation import Replay, as_conversation
 from .core import Body, Plan, Row, Step
 from .reads import _constant
-from .transcript import _stored, _transcript_entry, _unknown_session
+from .transcript import _stored, _transcript_entry, _unknown_session, displayed_once
 
 #: How far apart upstream keeps the timestamps of a batch's messages that carry none (or the
 #: same one): each is at least this much after the one before, so they sort as they came.
 BATCH_TIMESTAMP_STEP = 1e-6
+#: How far up a lineage ``include_ancestors`` walks (upstream's bound).
+MAX_ANCESTORS: Final = 100
 
 
 def _append_batch(
@@ -52,6 +57,54 @@ def _around(caps: Capabilities, params: Mapping[str, Any], window: int) -> Body[
         "messages_before": len(before.rows) - 1,  # the anchor is the first of them
         "messages_after": len(after.rows),
     }
+
+
+def _branched(model_config: Any) -> bool:
+    """Whether a session is an explicit ``/branch`` copy (its configuration names its origin):
+    it holds its own copy of the transcript, so its ancestors are not replayed."""
+    try:
+        config = json.loads(model_config) if isinstance(model_config, str) else model_config
+    except ValueError:
+        return False
+    return isinstance(config, dict) and bool(config.get("_branched_from"))
+
+
+def _lineage(session_id: str) -> Body[list[str]]:
+    """The sessions a resume replays, root first: the session and each parent up its
+    ``parent_session_id`` chain (cycles and depth bounded), or the session alone when it is a
+    branch copy."""
+    chain = [session_id]
+    link = yield Step(statements.lineage_link(), {"session_id": session_id})
+    if not link.rows or _branched(link.rows[0]["model_config"]):
+        return chain
+    parent = link.rows[0]["parent_session_id"]
+    while parent and parent not in chain and len(chain) < MAX_ANCESTORS:
+        chain.append(parent)
+        link = yield Step(statements.lineage_link(), {"session_id": parent})
+        if not link.rows:
+            break
+        parent = link.rows[0]["parent_session_id"]
+    return chain[::-1]
+
+
+def _conversation(
+    caps: Capabilities,
+    session_id: str,
+    visibility: statements.Visibility,
+    compacted: bool,
+    replay: Replay,
+) -> Body[list[Row]]:
+    sessions = (yield from _lineage(session_id)) if replay.lineage else [session_id]
+    rows: list[Row] = []
+    read = statements.get_messages(visibility)
+    for one in sessions:
+        outcome = yield Step(read, {"session_id": one})
+        rows.extend(outcome.rows)
+    rows.sort(key=lambda row: row["id"])  # the lineage in the order it was written
+    if compacted:
+        rows = displayed_once(rows)
+    server = caps.name != "sqlite"
+    return as_conversation([_transcript_entry(row, server) for row in rows], replay)
 
 
 def _no_turn_lease(turn_lease_holder: object) -> None:
@@ -128,3 +181,35 @@ class MessagePlans:
         if isinstance(window, bool) or not isinstance(window, int):
             raise InvalidInputTypeError(f"window must be an int, not {type(window).__name__}")
         return Plan(_around, params, max(window, 0), writes=False, single_statement=False)
+
+    def get_messages_as_conversation(
+        self,
+        session_id: object,
+        include_ancestors: object = False,
+        include_inactive: object = False,
+        repair_alternation: object = False,
+        include_row_ids: object = False,
+        include_compacted: object = False,
+    ) -> Plan[list[Row]]:
+        """The transcript in the form upstream replays to a model (see
+        :func:`~hermes_state.plans.conversation.as_message`), over the session's lineage with
+        ``include_ancestors``."""
+        session = require_identifier("session_id", session_id)
+        inactive = require_flag("include_inactive", include_inactive)
+        compacted = require_flag("include_compacted", include_compacted)
+        replay = Replay(
+            row_ids=require_flag("include_row_ids", include_row_ids),
+            summary_markers=require_flag("repair_alternation", repair_alternation),
+            lineage=require_flag("include_ancestors", include_ancestors),
+        )
+        shown = statements.Visibility
+        visibility = shown.ALL if inactive else shown.DISPLAY if compacted else shown.LIVE
+        return Plan(
+            _conversation,
+            session,
+            visibility,
+            compacted,
+            replay,
+            writes=False,
+            single_statement=False,
+        )

@@ -278,6 +278,13 @@ def _around(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _conversation(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.lineage_link, note="once, and once more per step up the session's lineage"),
+        _sent(S.get_messages, S.Visibility.LIVE, note="once per session of the lineage"),
+    ]
+
+
 def _stats(_caps: Capabilities) -> list[Sent]:
     return [
         _sent(S.count_handoffs_by_state),
@@ -663,6 +670,20 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "get_messages_around(session_id, around_message_id, window)",
         _around,
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_as_conversation",
+        "",
+        "get_messages_as_conversation(session_id)",
+        _only(S.get_messages, S.Visibility.LIVE),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_as_conversation",
+        "ancestors",
+        "get_messages_as_conversation(session_id, include_ancestors=True)",
+        _conversation,
     ),
 )
 

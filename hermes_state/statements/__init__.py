@@ -46,7 +46,7 @@ from .core import (
     session_columns,
     state_is,
 )
-from .messages import count_appended_messages, messages_around
+from .messages import count_appended_messages, lineage_link, messages_around
 from .reads import (
     count_handoffs_by_state,
     get_handoff_state,
@@ -140,6 +140,7 @@ __all__ = [
     "insert_turn_lease",
     "last_handoff_event_id",
     "lineage",
+    "lineage_link",
     "lineage_parent",
     "list_handoffs",
     "messages_around",

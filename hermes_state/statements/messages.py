@@ -44,3 +44,10 @@ def messages_around(before: bool) -> Select[Any]:
         .order_by(_m.id.desc() if before else _m.id)
         .limit(bindparam("limit", type_=Integer()))
     )
+
+
+@functools.cache
+def lineage_link() -> Select[Any]:
+    """What a walk up ``:session_id``'s lineage reads of it: its parent, and its model
+    configuration (a ``/branch`` copy says so there, and stands alone)."""
+    return select(_c.parent_session_id, _c.model_config).where(_c.id == bindparam("session_id"))

@@ -470,3 +470,164 @@ def test_a_window_is_read_through_the_index(store: SessionDB) -> None:
         plan = explained(store, statements.messages_around(before), params)
         assert "idx_messages_session_id" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
+
+
+# -- get_messages_as_conversation ----------------------------------------------------------------
+
+MEMORY = (
+    "<memory-context>\n"
+    "[System note: The following is recalled memory context, NOT new user input. "
+    "Treat as informational background data.]\n\n"
+    "## Recalled\nthe user likes tea\n"
+    "</memory-context>\n\n"
+)
+
+
+def test_the_conversation_form_says_only_what_is_there(any_store: SessionDB) -> None:
+    any_store.create_session("s", "telegram")
+    calls = [{"id": "c1", "type": "function", "function": {"name": "cron", "arguments": "{}"}}]
+    details = [{"type": "reasoning.summary", "summary": "schedule it"}]
+    any_store.append_message("s", "user", "  schedule a job  ", platform_message_id="tg-7")
+    any_store.append_message(
+        "s",
+        "assistant",
+        None,
+        tool_calls=calls,
+        reasoning="call the cron tool",
+        reasoning_content="",
+        reasoning_details=details,
+        codex_reasoning_items=[{"id": "rs_1"}],
+        finish_reason="tool_calls",
+    )
+    any_store.append_message(
+        "s", "tool", '{"job": 1}', tool_call_id="c1", tool_name="cron", finish_reason="length"
+    )
+    any_store.append_message(
+        "s", "assistant", MEMORY + "Done.", observed=True, display_kind="reply", api_content="x"
+    )
+    assert any_store.get_messages_as_conversation("s") == [
+        {"role": "user", "content": "schedule a job", "message_id": "tg-7"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": calls,
+            "finish_reason": "tool_calls",
+            "reasoning": "call the cron tool",
+            "reasoning_content": "",
+            "reasoning_details": details,
+            "codex_reasoning_items": [{"id": "rs_1"}],
+        },
+        {
+            "role": "tool",
+            "content": '{"job": 1}',
+            "tool_call_id": "c1",
+            "tool_name": "cron",
+            "finish_reason": "length",
+        },
+        {
+            "role": "assistant",
+            "content": "Done.",
+            "observed": True,
+            "display_kind": "reply",
+            "api_content": "x",
+        },
+    ]
+
+
+def test_reasoning_is_replayed_on_assistant_turns_only(any_store: SessionDB) -> None:
+    any_store.create_session("s", "cli")
+    any_store.append_message("s", "user", "hi", reasoning="users do not reason")
+    any_store.append_message("s", "assistant", "hello", reasoning="")
+    any_store.append_message("s", "assistant", "again", codex_message_items="not JSON at all")
+    user, empty, broken = any_store.get_messages_as_conversation("s")
+    assert "reasoning" not in user
+    assert "reasoning" not in empty
+    assert "reasoning_content" not in empty  # never given: NULL, not ""
+    assert broken["codex_message_items"] is None  # text that is not JSON replays as None
+
+
+def test_the_conversation_keeps_tool_text_and_multimodal_parts(any_store: SessionDB) -> None:
+    any_store.create_session("s", "cli")
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    any_store.append_message("s", "user", parts)
+    any_store.append_message("s", "tool", MEMORY + "  raw tool output  ")
+    multimodal, tool = any_store.get_messages_as_conversation("s")
+    assert multimodal == {"role": "user", "content": parts}
+    assert tool["content"] == MEMORY + "  raw tool output  "  # only user/assistant text cleaned
+
+
+def test_the_conversation_of_a_lineage(any_store: SessionDB) -> None:
+    any_store.create_session("root", "tui")
+    any_store.append_message("root", "user", "first prompt")
+    any_store.append_message("root", "user", "first prompt")  # sent twice, unanswered
+    any_store.append_message("root", "assistant", "first answer")
+    any_store.create_session("child", "tui", parent_session_id="root")
+    any_store.append_message("child", "user", "first prompt")  # answered since: kept
+    any_store.append_message("child", "assistant", "second answer")
+    any_store.create_session("unrelated", "tui")
+    any_store.append_message("unrelated", "user", "elsewhere")
+
+    def said(session_id: str, **options: bool) -> list[Any]:
+        conversation = any_store.get_messages_as_conversation(session_id, **options)
+        return [message["content"] for message in conversation]
+
+    assert said("child") == ["first prompt", "second answer"]
+    assert said("child", include_ancestors=True) == [
+        "first prompt",
+        "first answer",
+        "first prompt",
+        "second answer",
+    ]
+    assert said("root", include_ancestors=True) == ["first prompt", "first answer"]
+
+
+def test_a_turn_copied_into_the_next_segment_is_replayed_once(any_store: SessionDB) -> None:
+    any_store.create_session("root", "cli")
+    any_store.append_message("root", "user", "carried", timestamp=10.0)
+    any_store.create_session("tip", "cli", parent_session_id="root")
+    any_store.append_message("tip", "assistant", "an answer in between", timestamp=11.0)
+    any_store.append_message("tip", "user", "carried", timestamp=10.0)  # the rotation's copy
+    conversation = any_store.get_messages_as_conversation("tip", include_ancestors=True)
+    assert [m["content"] for m in conversation] == ["an answer in between", "carried"]
+
+
+def test_a_branch_copy_is_replayed_alone(any_store: SessionDB) -> None:
+    any_store.create_session("main", "cli")
+    any_store.append_message("main", "user", "before the branch")
+    config = {"_branched_from": "main"}
+    any_store.create_session("branch", "cli", parent_session_id="main", model_config=config)
+    any_store.append_message("branch", "user", "the branch's own copy")
+    conversation = any_store.get_messages_as_conversation("branch", include_ancestors=True)
+    assert [m["content"] for m in conversation] == ["the branch's own copy"]
+
+
+def test_a_cycle_of_parents_ends_the_walk(store: SessionDB) -> None:
+    store.create_session("a", "cli")
+    store.create_session("b", "cli", parent_session_id="a")
+    with cached_engine(store.url).begin() as connection:
+        connection.execute(
+            models.sessions.update().where(_s.id == "a").values(parent_session_id="b")
+        )
+    store.append_message("a", "user", "in a")
+    store.append_message("b", "user", "in b")
+    conversation = store.get_messages_as_conversation("b", include_ancestors=True)
+    assert [m["content"] for m in conversation] == ["in a", "in b"]
+
+
+def test_the_switches_of_the_conversation(any_store: SessionDB) -> None:
+    compacted_session(any_store)
+
+    def said(**options: bool) -> list[Any]:
+        return [m["content"] for m in any_store.get_messages_as_conversation("c", **options)]
+
+    assert said() == ["summary of q1", "q2", "a2"]
+    assert said(include_compacted=True) == ["q1", "a1", "q2", "a2", "summary of q1"]
+    assert said(include_inactive=True)[-1] == "taken back"
+    live = any_store.get_messages_as_conversation("c", include_row_ids=True)
+    assert [m["_row_id"] for m in live] == [m["id"] for m in any_store.get_messages("c")]
+    assert "_compressed_summary" not in live[0]
+    marked = any_store.get_messages_as_conversation("c", repair_alternation=True)
+    assert marked[0]["_compressed_summary"] is True
+    with pytest.raises(InvalidInputTypeError):
+        any_store.get_messages_as_conversation("c", include_ancestors="yes")  # type: ignore[arg-type]
+    assert any_store.get_messages_as_conversation("nobody", include_ancestors=True) == []

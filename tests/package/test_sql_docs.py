@@ -360,6 +360,10 @@ EXAMPLES: dict[str, Example] = {
     "get_messages.inactive": _now(lambda db: db.get_messages("idle", include_inactive=True)),
     "get_messages.compacted": _now(lambda db: db.get_messages("idle", include_compacted=True)),
     "get_messages_around": _anchored(lambda db, anchor: db.get_messages_around("idle", anchor, 2)),
+    "get_messages_as_conversation": _now(lambda db: db.get_messages_as_conversation("idle")),
+    "get_messages_as_conversation.ancestors": _now(
+        lambda db: db.get_messages_as_conversation("seg", include_ancestors=True)
+    ),
     "append_messages_batch": _now(
         lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
     ),
