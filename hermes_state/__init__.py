@@ -23,6 +23,7 @@ from .errors import (
     ReadOnlyDatabaseError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    TranscriptChangedError,
     UnknownSessionError,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "SessionDB",
+    "TranscriptChangedError",
     "UnknownSessionError",
     "default_db_path",
     "resolve_url",

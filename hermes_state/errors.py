@@ -31,6 +31,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "SideTaskFailed",
+    "TranscriptChangedError",
     "UnknownSessionError",
     "corrupt_error",
     "is_retryable",
@@ -117,6 +118,12 @@ class SchemaTooNewError(HermesStateError):
 
 class UnknownSessionError(HermesStateError, LookupError):
     """The operation needs an existing session and there is none with this id."""
+
+
+class TranscriptChangedError(HermesStateError, RuntimeError):
+    """A transcript write pinned to what the caller saw found the transcript changed since
+    (``rewind_to_message(expected_active_ids=..., expected_target_content=...)``); nothing
+    was written."""
 
 
 class CopyConflictError(HermesStateError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar
@@ -484,6 +485,51 @@ class Store(Protocol):
         ``get_messages`` does; ``include_row_ids`` adds ``_row_id``; ``repair_alternation``
         keeps the ``_compressed_summary`` marker (the stored transcript is replayed as it
         is: no turns are merged or inserted).
+        """
+        ...
+
+    def clear_session_messages(
+        self,
+        session_id: str,
+        keep_last_n: int | None = None,
+        before_timestamp: float | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        """Upstream's clear: delete the session's messages but keep the session. With
+        ``keep_last_n`` (> 0) the newest that many (by id) stay; else with
+        ``before_timestamp`` those written before it go; else every one goes (rewound rows
+        too: they are deleted, not marked). The counters are recounted from the live rows
+        left (``tool_call_count`` counting tool results and messages with tool calls, as
+        upstream's clear counts them) and ``last_activity_at`` set to now; when none are
+        left, every usage counter (tokens, API calls) is zeroed and the session's per-model
+        usage deleted. Stored system prompts no session refers to any more are deleted.
+        When everything went and ``sessions_dir`` is given, the session's transcript files
+        there are removed after the commit. Returns False for an unknown session.
+        """
+        ...
+
+    def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        preserve_compaction_handoff: bool = False,
+        expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
+    ) -> dict[str, Any]:
+        """Upstream's rewind: the live messages from the user message ``target_message_id``
+        on, the target included, are taken back (``active = 0``, kept on disk and readable
+        with ``include_inactive``); ``rewind_count`` grows by one and the counters are
+        recounted from the live rows. Returns ``{"rewound_count", "target_message" (the
+        target's whole row, its content decoded, for the caller to offer again),
+        "new_head_id" (the newest live id, or None)}``.
+
+        A target that is not a message of the session, or not a user's, raises
+        ``InvalidInputError``. ``expected_active_ids`` (the live ids in order) and
+        ``expected_target_content`` (what the user said, memory context taken out) pin what
+        the caller saw: a transcript changed since raises ``TranscriptChangedError`` and
+        nothing is written. ``preserve_compaction_handoff`` is refused: this store keeps no
+        compaction handoff carriers.
         """
         ...
 

@@ -6,6 +6,7 @@ change the declaration and run that command (a test fails while this file is sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -459,5 +460,65 @@ class AsyncOperations:
                 repair_alternation=repair_alternation,
                 include_row_ids=include_row_ids,
                 include_compacted=include_compacted,
+            )
+        )
+
+    async def clear_session_messages(
+        self,
+        session_id: str,
+        keep_last_n: int | None = None,
+        before_timestamp: float | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        """Upstream's clear: delete the session's messages but keep the session. With
+        ``keep_last_n`` (> 0) the newest that many (by id) stay; else with
+        ``before_timestamp`` those written before it go; else every one goes (rewound rows
+        too: they are deleted, not marked). The counters are recounted from the live rows
+        left (``tool_call_count`` counting tool results and messages with tool calls, as
+        upstream's clear counts them) and ``last_activity_at`` set to now; when none are
+        left, every usage counter (tokens, API calls) is zeroed and the session's per-model
+        usage deleted. Stored system prompts no session refers to any more are deleted.
+        When everything went and ``sessions_dir`` is given, the session's transcript files
+        there are removed after the commit. Returns False for an unknown session.
+        """
+        return await self._run(
+            self._plans.clear_session_messages(
+                session_id=session_id,
+                keep_last_n=keep_last_n,
+                before_timestamp=before_timestamp,
+                sessions_dir=sessions_dir,
+            )
+        )
+
+    async def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        preserve_compaction_handoff: bool = False,
+        expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
+    ) -> dict[str, Any]:
+        """Upstream's rewind: the live messages from the user message ``target_message_id``
+        on, the target included, are taken back (``active = 0``, kept on disk and readable
+        with ``include_inactive``); ``rewind_count`` grows by one and the counters are
+        recounted from the live rows. Returns ``{"rewound_count", "target_message" (the
+        target's whole row, its content decoded, for the caller to offer again),
+        "new_head_id" (the newest live id, or None)}``.
+
+        A target that is not a message of the session, or not a user's, raises
+        ``InvalidInputError``. ``expected_active_ids`` (the live ids in order) and
+        ``expected_target_content`` (what the user said, memory context taken out) pin what
+        the caller saw: a transcript changed since raises ``TranscriptChangedError`` and
+        nothing is written. ``preserve_compaction_handoff`` is refused: this store keeps no
+        compaction handoff carriers.
+        """
+        return await self._run(
+            self._plans.rewind_to_message(
+                session_id=session_id,
+                target_message_id=target_message_id,
+                preserve_compaction_handoff=preserve_compaction_handoff,
+                expected_active_ids=expected_active_ids,
+                expected_target_content=expected_target_content,
             )
         )

@@ -6,6 +6,7 @@ change the declaration and run that command (a test fails while this file is sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
@@ -230,3 +231,21 @@ class AsyncStore(Protocol):
         include_row_ids: bool = False,
         include_compacted: bool = False,
     ) -> list[Row]: ...
+
+    async def clear_session_messages(
+        self,
+        session_id: str,
+        keep_last_n: int | None = None,
+        before_timestamp: float | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool: ...
+
+    async def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        preserve_compaction_handoff: bool = False,
+        expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
+    ) -> dict[str, Any]: ...

@@ -3,12 +3,15 @@ rewinding."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from .. import statements
-from ..errors import InvalidInputError, InvalidInputTypeError
+from ..errors import InvalidInputError, InvalidInputTypeError, TranscriptChangedError
 from ..statements import Capabilities
 from ..validation import (
     ROLE_LENGTH,
@@ -20,10 +23,16 @@ from ..validation import (
     require_row_id,
     require_seconds,
 )
-from .conversation import Replay, as_conversation
+from .conversation import Replay, as_conversation, without_memory_context
 from .core import Body, Plan, Row, Step
 from .reads import _constant
-from .transcript import _stored, _transcript_entry, _unknown_session, displayed_once
+from .transcript import (
+    _decoded_json,
+    _stored,
+    _transcript_entry,
+    _unknown_session,
+    displayed_once,
+)
 
 #: How far apart upstream keeps the timestamps of a batch's messages that carry none (or the
 #: same one): each is at least this much after the one before, so they sort as they came.
@@ -105,6 +114,107 @@ def _conversation(
         rows = displayed_once(rows)
     server = caps.name != "sqlite"
     return as_conversation([_transcript_entry(row, server) for row in rows], replay)
+
+
+def _clear(caps: Capabilities, params: Mapping[str, Any], keep_last: int | None) -> Body[bool]:
+    found = yield Step(statements.session_locked(), params)
+    if not found.rows:
+        return False
+    if keep_last is not None:
+        oldest_kept = yield Step(statements.nth_newest_message(), {**params, "skip": keep_last - 1})
+        if oldest_kept.rows:
+            before_id = {**params, "before_id": oldest_kept.rows[0]["id"]}
+            yield Step(statements.delete_messages(before_id=True), before_id)
+    elif params["before"] is not None:
+        yield Step(statements.delete_messages(before_timestamp=True), params)
+    else:
+        yield Step(statements.delete_messages(), params)
+    counted = yield Step(statements.live_counts(), params)
+    left, tools = (int(counted.rows[0][name] or 0) for name in ("messages", "tools"))
+    if left == 0:
+        yield Step(statements.reset_session_counters(), params)
+        yield Step(statements.delete_model_usage(), params)
+    else:
+        counters = {**params, "message_count": left, "tool_call_count": tools}
+        yield Step(statements.set_message_counters(True), counters)
+    yield Step(statements.delete_unreferenced_prompts())
+    return True
+
+
+def remove_transcript_files(sessions_dir: Path | None, session_id: str) -> None:
+    """Delete the files upstream's gateway and CLI keep beside the database for a session
+    (``<id>.json``, ``<id>.jsonl``, ``request_dump_<id>_*.json``); a file that is missing or
+    cannot be removed is left, as upstream leaves it."""
+    if sessions_dir is None:
+        return
+    doomed = [sessions_dir / f"{session_id}{suffix}" for suffix in (".json", ".jsonl")]
+    with contextlib.suppress(OSError):
+        doomed += sessions_dir.glob(f"request_dump_{session_id}_*.json")
+    for path in doomed:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def _tool_call_count(stored: Any) -> int:
+    """How many tool calls upstream's rewind counts in a stored ``tool_calls``: a list's
+    length, one for any other value but an empty one (text that is not JSON: none)."""
+    value = _decoded_json(stored, []) if isinstance(stored, str) else stored
+    return len(value) if isinstance(value, list) else (1 if value else 0)
+
+
+def _live_text(content: Any) -> Any:
+    """What the user said in a stored user turn, as a rewind compares it."""
+    return without_memory_context(content) if isinstance(content, str) else content
+
+
+def _rewind(
+    caps: Capabilities,
+    params: Mapping[str, Any],
+    expected_ids: list[int] | None,
+    pinned: bool,
+    expected_content: Any,
+) -> Body[Row]:
+    session_id, message_id = params["session_id"], params["message_id"]
+    missing = InvalidInputError(f"message {message_id} not found in session {session_id}")
+    counted = yield Step(statements.count_rewind(), params)  # locks the session's row first
+    if counted.rowcount == 0:
+        raise missing
+    if expected_ids is not None:
+        live = yield Step(statements.live_message_ids(), params)
+        if [row["id"] for row in live.rows] != expected_ids:
+            raise TranscriptChangedError(
+                "the live transcript changed before the rewind could be written; nothing was"
+            )
+    found = yield Step(statements.message_of_session(), params)
+    if not found.rows:
+        raise missing
+    target = found.rows[0]
+    if target["role"] != "user":
+        raise InvalidInputError(
+            f"a rewind goes back to a 'user' message, not role={target['role']!r} (id={message_id})"
+        )
+    content = _transcript_entry(dict(target), caps.name != "sqlite")["content"]
+    if pinned and not target["active"]:
+        raise InvalidInputError(f"the rewind's target {message_id} is not a live message")
+    if pinned and _live_text(content) != expected_content:
+        raise TranscriptChangedError("the rewind's target changed before it could be written")
+    taken_back = {"rewound_session": session_id, "message_id": message_id}
+    rewound = yield Step(statements.rewind_from(), taken_back)
+    left = yield Step(statements.live_counts(), params)
+    calls = yield Step(statements.live_tool_calls(), params)
+    counters = {
+        **params,
+        "message_count": int(left.rows[0]["messages"]),
+        "tool_call_count": sum(_tool_call_count(row["tool_calls"]) for row in calls.rows),
+    }
+    yield Step(statements.set_message_counters(False), counters)
+    head = yield Step(statements.live_head(), params)
+    target["content"] = content
+    return {
+        "rewound_count": rewound.rowcount,
+        "target_message": target,
+        "new_head_id": head.rows[0]["head"],
+    }
 
 
 def _no_turn_lease(turn_lease_holder: object) -> None:
@@ -211,5 +321,84 @@ class MessagePlans:
             compacted,
             replay,
             writes=False,
+            single_statement=False,
+        )
+
+    def clear_session_messages(
+        self,
+        session_id: object,
+        keep_last_n: object = None,
+        before_timestamp: object = None,
+        sessions_dir: object = None,
+    ) -> Plan[bool]:
+        """Delete the session's messages (all, all but the newest ``keep_last_n``, or those
+        before ``before_timestamp``), keeping the session; counters recounted, or zeroed
+        with the usage when nothing is left. False for an unknown session."""
+        params: dict[str, Any] = {
+            "session_id": require_identifier("session_id", session_id),
+            "now": self.clock(),
+            "before": None,
+        }
+        keep_last = None
+        if keep_last_n is not None:
+            if isinstance(keep_last_n, bool) or not isinstance(keep_last_n, int):
+                kind = type(keep_last_n).__name__
+                raise InvalidInputTypeError(f"keep_last_n must be an int or None, not {kind}")
+            keep_last = keep_last_n if keep_last_n > 0 else None  # upstream: 0 keeps nothing
+        if before_timestamp is not None:
+            params["before"] = require_seconds("before_timestamp", before_timestamp)
+        folder = None
+        if sessions_dir is not None:
+            if not isinstance(sessions_dir, str | os.PathLike):
+                kind = type(sessions_dir).__name__
+                raise InvalidInputTypeError(f"sessions_dir must be a path or None, not {kind}")
+            folder = Path(sessions_dir)
+        whole = keep_last_n is None and before_timestamp is None
+
+        def after(cleared: bool) -> bool:
+            if cleared and whole:
+                remove_transcript_files(folder, params["session_id"])
+            return cleared
+
+        return Plan(_clear, params, keep_last, writes=True, after=after, single_statement=False)
+
+    def rewind_to_message(
+        self,
+        session_id: object,
+        target_message_id: object,
+        preserve_compaction_handoff: object = False,
+        expected_active_ids: object = None,
+        expected_target_content: object = None,
+    ) -> Plan[Row]:
+        """Take back the session's live messages from the user message ``target_message_id``
+        on (marked ``active = 0``, kept on disk), one more ``rewind_count``, the counters
+        recounted."""
+        params = {
+            "session_id": require_identifier("session_id", session_id),
+            "message_id": require_row_id("target_message_id", target_message_id),
+        }
+        if require_flag("preserve_compaction_handoff", preserve_compaction_handoff):
+            raise InvalidInputError(
+                "preserve_compaction_handoff is not supported: this store keeps no compaction "
+                "handoff carriers"
+            )
+        expected = None
+        if expected_active_ids is not None:
+            if isinstance(expected_active_ids, str | bytes) or not isinstance(
+                expected_active_ids, Iterable
+            ):
+                kind = type(expected_active_ids).__name__
+                raise InvalidInputTypeError(
+                    f"expected_active_ids must be a list of ids, not {kind}"
+                )
+            expected = [require_row_id("expected_active_ids", one) for one in expected_active_ids]
+        pinned = expected_target_content is not None
+        return Plan(
+            _rewind,
+            params,
+            expected,
+            pinned,
+            expected_target_content,
+            writes=True,
             single_statement=False,
         )

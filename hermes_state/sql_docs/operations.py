@@ -285,6 +285,49 @@ def _conversation(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _clear(kept: str) -> Callable[[Capabilities], list[Sent]]:
+    """``clear_session_messages``: every message (which leaves none), the newest ``keep_last_n``
+    or those after ``before_timestamp`` (which here leave some)."""
+
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [_sent(S.session_locked, note="the session must exist")]
+        if kept == "keep_last_n":
+            sent.append(_sent(S.nth_newest_message))
+            sent.append(_sent(S.delete_messages, before_id=True, note="when there are more"))
+        elif kept == "before_timestamp":
+            sent.append(_sent(S.delete_messages, before_timestamp=True))
+        else:
+            sent.append(_sent(S.delete_messages))
+        sent.append(_sent(S.live_counts))
+        if kept:
+            sent.append(_sent(S.set_message_counters, True, note="when messages are left"))
+        else:
+            sent.append(_sent(S.reset_session_counters, note="when no message is left"))
+            sent.append(_sent(S.delete_model_usage, note="when no message is left"))
+        sent.append(_sent(S.delete_unreferenced_prompts))
+        return sent
+
+    return steps
+
+
+def _rewind(expected: bool) -> Callable[[Capabilities], list[Sent]]:
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [_sent(S.count_rewind, note="the session must exist")]
+        if expected:
+            sent.append(_sent(S.live_message_ids, note="to compare with expected_active_ids"))
+        return [
+            *sent,
+            _sent(S.message_of_session, note="the target must be a user message of it"),
+            _sent(S.rewind_from),
+            _sent(S.live_counts),
+            _sent(S.live_tool_calls),
+            _sent(S.set_message_counters, False),
+            _sent(S.live_head),
+        ]
+
+    return steps
+
+
 def _stats(_caps: Capabilities) -> list[Sent]:
     return [
         _sent(S.count_handoffs_by_state),
@@ -684,6 +727,41 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "ancestors",
         "get_messages_as_conversation(session_id, include_ancestors=True)",
         _conversation,
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "",
+        "clear_session_messages(session_id)",
+        _clear(""),
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "keep_last_n",
+        "clear_session_messages(session_id, keep_last_n=n)",
+        _clear("keep_last_n"),
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "before_timestamp",
+        "clear_session_messages(session_id, before_timestamp=when)",
+        _clear("before_timestamp"),
+    ),
+    _O(
+        _MESSAGES,
+        "rewind_to_message",
+        "",
+        "rewind_to_message(session_id, target_message_id)",
+        _rewind(expected=False),
+    ),
+    _O(
+        _MESSAGES,
+        "rewind_to_message",
+        "expected",
+        "rewind_to_message(session_id, target_message_id, expected_active_ids=ids)",
+        _rewind(expected=True),
     ),
 )
 

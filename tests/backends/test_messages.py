@@ -18,6 +18,7 @@ from hermes_state import (
 )
 from hermes_state.content import NUL_MARKER
 from tests.support.digest import cached_engine, database_digest
+from tests.support.transcripts import MEMORY, mark
 
 _m = models.messages.c
 _s = models.sessions.c
@@ -254,18 +255,6 @@ def test_a_batch_refuses_what_it_cannot_honour(store: SessionDB) -> None:
 # -- get_messages: upstream's switches and pages -------------------------------------------------
 
 
-def mark(db: SessionDB, message_ids: list[int], *, active: int, compacted: int = 0) -> None:
-    """What upstream's rewind (active 0) and in-place compaction (active 0, compacted 1) leave
-    on rows, written as upstream writes it."""
-    statement = (
-        models.messages.update()
-        .where(_m.id.in_(message_ids))
-        .values(active=active, compacted=compacted)
-    )
-    with cached_engine(db.url).begin() as connection:
-        connection.execute(statement)
-
-
 def numbered(db: SessionDB, session_id: str, count: int) -> list[int]:
     db.create_session(session_id, "cli")
     roles = ("user", "assistant")
@@ -473,14 +462,6 @@ def test_a_window_is_read_through_the_index(store: SessionDB) -> None:
 
 
 # -- get_messages_as_conversation ----------------------------------------------------------------
-
-MEMORY = (
-    "<memory-context>\n"
-    "[System note: The following is recalled memory context, NOT new user input. "
-    "Treat as informational background data.]\n\n"
-    "## Recalled\nthe user likes tea\n"
-    "</memory-context>\n\n"
-)
 
 
 def test_the_conversation_form_says_only_what_is_there(any_store: SessionDB) -> None:

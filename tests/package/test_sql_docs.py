@@ -364,6 +364,17 @@ EXAMPLES: dict[str, Example] = {
     "get_messages_as_conversation.ancestors": _now(
         lambda db: db.get_messages_as_conversation("seg", include_ancestors=True)
     ),
+    "clear_session_messages": _now(lambda db: db.clear_session_messages("idle")),
+    "clear_session_messages.keep_last_n": _now(
+        lambda db: db.clear_session_messages("idle", keep_last_n=1)
+    ),
+    "clear_session_messages.before_timestamp": _now(
+        lambda db: db.clear_session_messages("idle", before_timestamp=0.0)
+    ),
+    "rewind_to_message": _anchored(lambda db, anchor: db.rewind_to_message("idle", anchor)),
+    "rewind_to_message.expected": _anchored(
+        lambda db, anchor: db.rewind_to_message("idle", anchor, expected_active_ids=[anchor])
+    ),
     "append_messages_batch": _now(
         lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
     ),

@@ -240,6 +240,7 @@ SAMPLES: dict[str, Any] = {
     # -- messages
     "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
     "around_message_id": 1,
+    "target_message_id": 1,
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {"create_session", "ensure_session", "try_acquire_session_turn_lease", "_execute_write"}
