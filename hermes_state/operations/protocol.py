@@ -62,7 +62,11 @@ class AsyncStore(Protocol):
     ) -> str: ...
 
     async def append_message(
-        self, session_id: str, role: str, content: str | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: str | list[Any] | dict[str, Any] | None = None,
+        **fields: Any,
     ) -> int: ...
 
     async def get_messages(

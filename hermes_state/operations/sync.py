@@ -35,14 +35,22 @@ class SyncOperations:
         return self._run(self._plans.ensure_session(session_id=session_id, source=source, **fields))
 
     def append_message(
-        self, session_id: str, role: str, content: str | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: str | list[Any] | dict[str, Any] | None = None,
+        **fields: Any,
     ) -> int:
         """Append a live message to the session's transcript; returns the message id.
 
-        ``fields`` are upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict
-        or its JSON text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning
-        fields, ``platform_message_id``, ``observed``, ...; see docs/library.md). The session's
-        ``message_count`` and ``tool_call_count`` move in the same transaction.
+        ``content`` is text, or multimodal content (a list of parts, or a dict) stored as
+        upstream stores it (a NUL, ``json:`` and its JSON) and read back as the parts; lone
+        surrogates in text are stored as U+FFFD, as upstream stores them. ``fields`` are
+        upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict or its JSON
+        text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning fields,
+        ``platform_message_id``, ``observed``, ``_compressed_summary``, ...; see
+        docs/library.md). The session's ``message_count`` and ``tool_call_count`` move in the
+        same transaction.
         """
         return self._run(
             self._plans.append_message(session_id=session_id, role=role, content=content, **fields)
