@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    CompressionSessionClosedError,
     DatabaseBusyError,
     DatabaseCorruptError,
     DatabaseError,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncSessionDB",
+    "CompressionSessionClosedError",
     "DatabaseBusyError",
     "DatabaseCorruptError",
     "DatabaseError",

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 __all__ = [
+    "CompressionSessionClosedError",
     "ConcurrentChangeError",
     "CopyConflictError",
     "CopyRefusedError",
@@ -118,6 +119,19 @@ class SchemaTooNewError(HermesStateError):
 
 class UnknownSessionError(HermesStateError, LookupError):
     """The operation needs an existing session and there is none with this id."""
+
+
+class CompressionSessionClosedError(HermesStateError, RuntimeError):
+    """The session was ended by compression: its conversation goes on in the continuation
+    session, which new messages must go to (upstream's error, ``session_id`` naming the
+    closed one); nothing was written."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} is closed by compression; adopt its live continuation "
+            "before appending messages"
+        )
+        self.session_id = session_id
 
 
 class TranscriptChangedError(HermesStateError, RuntimeError):

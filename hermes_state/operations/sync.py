@@ -50,7 +50,8 @@ class SyncOperations:
         text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning fields,
         ``platform_message_id``, ``observed``, ``_compressed_summary``, ...; see
         docs/library.md). The session's ``message_count`` and ``tool_call_count`` move in the
-        same transaction.
+        same transaction. A session compression ended (``ended_at`` set, ``end_reason =
+        'compression'``) takes no more messages: ``CompressionSessionClosedError``.
         """
         return self._run(
             self._plans.append_message(session_id=session_id, role=role, content=content, **fields)
@@ -394,7 +395,8 @@ class SyncOperations:
         Stored as ``append_message`` stores each, but the reasoning fields are kept on
         assistant messages only and ``message_id`` stands in for ``platform_message_id``;
         messages without a timestamp get the clock's, each a microsecond after the one
-        before. An unknown session raises ``UnknownSessionError``. ``chunk_rows`` is accepted
+        before. An unknown session raises ``UnknownSessionError``, one compression ended
+        ``CompressionSessionClosedError``. ``chunk_rows`` is accepted
         and checked, but the batch stays one transaction; ``compression_lock_holder`` changes
         nothing (upstream's appends never wait for a compression); ``turn_lease_holder`` is
         refused until fenced writes exist.
@@ -503,11 +505,12 @@ class SyncOperations:
         on, the target included, are taken back (``active = 0``, kept on disk and readable
         with ``include_inactive``); ``rewind_count`` grows by one and the counters are
         recounted from the live rows. Returns ``{"rewound_count", "target_message" (the
-        target's whole row, its content decoded, for the caller to offer again),
+        target as ``get_messages`` returns a row, for the caller to offer again),
         "new_head_id" (the newest live id, or None)}``.
 
         A target that is not a message of the session, or not a user's, raises
-        ``InvalidInputError``. ``expected_active_ids`` (the live ids in order) and
+        ``InvalidInputError``; a session compression ended,
+        ``CompressionSessionClosedError``. ``expected_active_ids`` (the live ids in order) and
         ``expected_target_content`` (what the user said, memory context taken out) pin what
         the caller saw: a transcript changed since raises ``TranscriptChangedError`` and
         nothing is written. ``preserve_compaction_handoff`` is refused: this store keeps no

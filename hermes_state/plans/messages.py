@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from .. import statements
-from ..errors import InvalidInputError, InvalidInputTypeError, TranscriptChangedError
+from ..errors import (
+    CompressionSessionClosedError,
+    InvalidInputError,
+    InvalidInputTypeError,
+    TranscriptChangedError,
+)
 from ..statements import Capabilities
 from ..validation import (
     ROLE_LENGTH,
@@ -28,9 +33,9 @@ from .core import Body, Plan, Row, Step
 from .reads import _constant
 from .transcript import (
     _decoded_json,
+    _refuse_append,
     _stored,
     _transcript_entry,
-    _unknown_session,
     displayed_once,
 )
 
@@ -46,7 +51,7 @@ def _append_batch(
 ) -> Body[int]:
     counted = yield Step(statements.count_appended_messages(), totals)
     if counted.rowcount == 0:
-        raise _unknown_session(totals["session_id"])
+        yield from _refuse_append(totals["session_id"])
     insert = statements.append_message(False)
     for row in rows:
         yield Step(insert, _stored(caps, row))
@@ -178,6 +183,9 @@ def _rewind(
     missing = InvalidInputError(f"message {message_id} not found in session {session_id}")
     counted = yield Step(statements.count_rewind(), params)  # locks the session's row first
     if counted.rowcount == 0:
+        closed = yield Step(statements.session_closed(), params)
+        if closed.rows and closed.rows[0]["closed"]:
+            raise CompressionSessionClosedError(session_id)
         raise missing
     if expected_ids is not None:
         live = yield Step(statements.live_message_ids(), params)
@@ -193,7 +201,9 @@ def _rewind(
         raise InvalidInputError(
             f"a rewind goes back to a 'user' message, not role={target['role']!r} (id={message_id})"
         )
-    content = _transcript_entry(dict(target), caps.name != "sqlite")["content"]
+    # The row as get_messages shapes it: what the caller offers again as the next prompt.
+    target = _transcript_entry(dict(target), caps.name != "sqlite")
+    content = target["content"]
     if pinned and not target["active"]:
         raise InvalidInputError(f"the rewind's target {message_id} is not a live message")
     if pinned and _live_text(content) != expected_content:
@@ -209,7 +219,6 @@ def _rewind(
     }
     yield Step(statements.set_message_counters(False), counters)
     head = yield Step(statements.live_head(), params)
-    target["content"] = content
     return {
         "rewound_count": rewound.rowcount,
         "target_message": target,

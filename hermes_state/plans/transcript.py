@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import statements
 from ..content import decoded_content, from_server, to_server
-from ..errors import HermesStateError, UnknownSessionError
+from ..errors import CompressionSessionClosedError, HermesStateError, UnknownSessionError
 from ..statements import Capabilities
 from .core import Body, Row, Step
 
@@ -32,15 +32,16 @@ def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
     params = _stored(caps, params)
     if caps.single_statement:
         appended = yield Step(statements.append_message_counted(), params)
-        if not appended.rows:
-            raise _unknown_session(params["session_id"])
-        return int(appended.rows[0]["id"])
+        row = appended.rows[0]
+        if row["id"] is None:
+            raise _refusal(params["session_id"], closed=bool(row["closed"]))
+        return int(row["id"])
     returning = caps.insert_returning
     outcome = yield Step(
         statements.append_message(returning), params, wants_lastrowid=not returning
     )
     if outcome.rowcount == 0 and not outcome.rows:
-        raise _unknown_session(params["session_id"])
+        yield from _refuse_append(params["session_id"])
     if outcome.rows:
         message_id = int(outcome.rows[0]["id"])
     elif outcome.lastrowid is None:
@@ -49,6 +50,17 @@ def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
         message_id = outcome.lastrowid
     yield Step(statements.count_appended_message(), params)
     return message_id
+
+
+def _refusal(session_id: str, *, closed: bool) -> HermesStateError:
+    return CompressionSessionClosedError(session_id) if closed else _unknown_session(session_id)
+
+
+def _refuse_append(session_id: str) -> Body[NoReturn]:
+    """Raise why an append that needed the session open wrote nothing: there is no such
+    session, or compression closed it."""
+    found = yield Step(statements.session_closed(), {"session_id": session_id})
+    raise _refusal(session_id, closed=bool(found.rows and found.rows[0]["closed"]))
 
 
 def _unknown_session(session_id: str) -> UnknownSessionError:

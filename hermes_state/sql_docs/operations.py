@@ -264,6 +264,13 @@ def _set_title(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _append_refused(caps: Capabilities) -> list[Sent]:
+    if caps.single_statement:  # its one row says why nothing was appended
+        return [_sent(S.append_message_counted)]
+    why = "nothing was appended: is there no such session, or did compression close it?"
+    return [_sent(S.append_message, caps.insert_returning), _sent(S.session_closed, note=why)]
+
+
 def _append_batch(_caps: Capabilities) -> list[Sent]:
     return [
         _sent(S.count_appended_messages, note="the session must exist"),
@@ -665,6 +672,14 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         _only(S.lineage),
     ),
     # -- messages
+    _O(
+        _MESSAGES,
+        "append_message",
+        "closed",
+        "append_message(session_id, role, content)",
+        _append_refused,
+        when=", when compression closed the session",
+    ),
     _O(
         _MESSAGES,
         "get_messages",

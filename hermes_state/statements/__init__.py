@@ -62,6 +62,7 @@ from .messages import (
     nth_newest_message,
     reset_session_counters,
     rewind_from,
+    session_closed,
     session_locked,
     set_message_counters,
 )
@@ -189,6 +190,7 @@ __all__ = [
     "rewind_from",
     "running_by_owner",
     "session_by_title",
+    "session_closed",
     "session_columns",
     "session_locked",
     "set_message_counters",

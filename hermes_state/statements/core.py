@@ -6,7 +6,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Dialect, String, bindparam, func, literal_column, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Dialect,
+    String,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
@@ -48,6 +58,23 @@ MESSAGE_FIELDS = (
 )
 
 _c = sessions.c
+
+#: The end reason of a session whose conversation went on in a continuation session.
+_COMPRESSION_END: ColumnElement[str] = literal_column("'compression'")
+
+
+def closed_by_compression() -> ColumnElement[bool]:
+    """A session that compression ended: its conversation goes on in the continuation, and
+    upstream appends nothing more to it."""
+    return and_(_c.ended_at.is_not(None), _c.end_reason == _COMPRESSION_END)
+
+
+def open_for_appends() -> ColumnElement[bool]:
+    """The negation of :func:`closed_by_compression`, NULLs included (a session never ended,
+    or ended without a reason, takes messages)."""
+    return or_(_c.ended_at.is_(None), _c.end_reason.is_(None), _c.end_reason != _COMPRESSION_END)
+
+
 #: The PostgreSQL NOTIFY channel on which ``request_handoff`` wakes watchers.
 HANDOFF_CHANNEL = "hermes_state_handoffs"
 

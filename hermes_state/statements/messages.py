@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 from ..models import messages, session_model_usage, sessions, system_prompts
-from .core import _c
+from .core import _c, closed_by_compression, open_for_appends
 
 _m = messages.c
 
@@ -30,11 +30,11 @@ _m = messages.c
 def count_appended_messages() -> Update:
     """Upstream's counters after a batch, in the batch's transaction: ``:messages_added`` more
     messages and ``:tool_calls_added`` more tool calls (a NULL counter stays NULL, as upstream
-    leaves it). It matches no row when the session does not exist, and sent first it locks
-    the session's row for the appends that follow."""
+    leaves it). It matches no row when the session does not exist or compression closed it,
+    and sent first it locks the session's row for the appends that follow."""
     return (
         sessions.update()
-        .where(_c.id == bindparam("session_id"))
+        .where(_c.id == bindparam("session_id"), open_for_appends())
         .values(
             message_count=_c.message_count + bindparam("messages_added", type_=Integer()),
             tool_call_count=_c.tool_call_count + bindparam("tool_calls_added", type_=Integer()),
@@ -209,10 +209,10 @@ def rewind_from() -> Update:
 
 @functools.cache
 def count_rewind() -> Update:
-    """One more rewind of ``:session_id`` (``rewind_count``)."""
+    """One more rewind of ``:session_id`` (``rewind_count``), unless compression closed it."""
     return (
         sessions.update()
-        .where(_c.id == bindparam("session_id"))
+        .where(_c.id == bindparam("session_id"), open_for_appends())
         .values(rewind_count=func.coalesce(_c.rewind_count, 0) + 1)
     )
 
@@ -227,3 +227,12 @@ def live_tool_calls() -> Select[Any]:
 def live_head() -> Select[Any]:
     """The id of ``:session_id``'s newest live message (NULL when it has none)."""
     return select(func.max(_m.id).label("head")).where(_live_of_session())
+
+
+@functools.cache
+def session_closed() -> Select[Any]:
+    """Whether compression closed ``:session_id`` (no row: there is no such session): why a
+    write that needed it open wrote nothing."""
+    # 1 or 0 rather than a boolean: SQLite's runner takes no result processing.
+    closed = case((closed_by_compression(), _ONE), else_=literal_column("0"))
+    return select(closed.label("closed")).where(_c.id == bindparam("session_id"))

@@ -21,7 +21,14 @@ from sqlalchemy import (
 )
 
 from ..models import messages, sessions
-from .core import MESSAGE_FIELDS, SESSION_FIELDS, _c, _pg_array
+from .core import (
+    MESSAGE_FIELDS,
+    SESSION_FIELDS,
+    _c,
+    _pg_array,
+    closed_by_compression,
+    open_for_appends,
+)
 
 
 @functools.cache
@@ -53,7 +60,7 @@ def insert_session(dialect_name: str) -> Insert:
 @functools.cache
 def append_message(returning: bool) -> Insert:
     """Append a live transcript entry with every message field (NULL when not given), inserting
-    nothing when the session does not exist."""
+    nothing when the session does not exist or compression closed it."""
     m = messages.c
     # Typed parameters: in a SELECT list nothing else tells the driver (asyncpg asks) their types.
     fields = [bindparam(name, type_=m[name].type) for name in MESSAGE_FIELDS]
@@ -64,7 +71,7 @@ def append_message(returning: bool) -> Insert:
         bindparam("now", type_=m.timestamp.type),
         *fields,
         literal_column("1"),
-    ).where(exists().where(_c.id == bindparam("session_id")))
+    ).where(exists().where(_c.id == bindparam("session_id"), open_for_appends()))
     names = ["session_id", "role", "content", "timestamp", *MESSAGE_FIELDS, "active"]
     stmt = messages.insert().from_select(names, row)
     return stmt.returning(m.id) if returning else stmt
@@ -85,12 +92,15 @@ def count_appended_message() -> Update:
 
 
 @functools.cache
-def append_message_counted() -> Select[tuple[int]]:
+def append_message_counted() -> Select[Any]:
     """PostgreSQL, one statement: the append and its counters (see :func:`append_message` and
-    :func:`count_appended_message`); returns the new id, no row for an unknown session."""
+    :func:`count_appended_message`). Its one row holds the new ``id`` (NULL when nothing was
+    appended) and whether compression ``closed`` the session, which tells why not."""
     inserted = append_message(True).cte("inserted")
     counted = count_appended_message().where(exists(select(inserted.c.id))).cte("counted")
-    return select(inserted.c.id).add_cte(counted)
+    closed = exists().where(_c.id == bindparam("session_id"), closed_by_compression())
+    new_id = select(inserted.c.id).scalar_subquery().label("id")
+    return select(new_id, closed.label("closed")).add_cte(counted)
 
 
 class Visibility(enum.Enum):

@@ -207,3 +207,16 @@ def test_a_rewind_pinned_to_what_the_caller_saw(any_store: SessionDB) -> None:
     assert result["rewound_count"] == 1
     with pytest.raises(InvalidInputError, match="not a live message"):
         any_store.rewind_to_message("s", said, expected_target_content="take this back")
+
+
+def test_a_session_compression_closed_is_not_rewound(any_store: SessionDB) -> None:
+    from hermes_state import CompressionSessionClosedError
+
+    ids = a_tool_session(any_store)
+    with cached_engine(any_store.url).begin() as connection:
+        closing = models.sessions.update().where(_s.id == "s")
+        connection.execute(closing.values(ended_at=60.0, end_reason="compression"))
+    with pytest.raises(CompressionSessionClosedError):
+        any_store.rewind_to_message("s", ids[0])
+    assert len(any_store.get_messages("s")) == 5
+    assert any_store.clear_session_messages("s") is True  # upstream's clear has no such guard

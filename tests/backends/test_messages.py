@@ -612,3 +612,27 @@ def test_the_switches_of_the_conversation(any_store: SessionDB) -> None:
     with pytest.raises(InvalidInputTypeError):
         any_store.get_messages_as_conversation("c", include_ancestors="yes")  # type: ignore[arg-type]
     assert any_store.get_messages_as_conversation("nobody", include_ancestors=True) == []
+
+
+# -- a session compression closed takes no more messages ----------------------------------------
+
+
+def test_a_session_compression_closed_takes_no_messages(any_store: SessionDB) -> None:
+    from hermes_state import CompressionSessionClosedError
+
+    any_store.create_session("done", "cli", ended_at=5.0, end_reason="compression")
+    any_store.create_session("ended", "cli", ended_at=5.0, end_reason="user_exit")
+    any_store.create_session("reason-only", "cli", end_reason="compression")  # never ended
+    with pytest.raises(CompressionSessionClosedError) as raised:
+        any_store.append_message("done", "user", "too late")
+    assert raised.value.session_id == "done"
+    assert "closed by compression" in str(raised.value)
+    with pytest.raises(CompressionSessionClosedError):
+        any_store.append_messages_batch("done", a_turn())
+    assert any_store.get_messages("done", include_inactive=True) == []
+    assert counters(any_store, "done") == (0, 0)
+    # Ended otherwise, or not ended at all: messages still land.
+    assert any_store.append_message("ended", "user", "after exit") > 0
+    assert any_store.append_messages_batch("reason-only", a_turn()[:1]) == 1
+    with pytest.raises(UnknownSessionError):  # and an unknown session is still unknown
+        any_store.append_message("ghost", "user", "x")

@@ -28,7 +28,7 @@ from sqlalchemy import String, bindparam, create_engine, literal_column, select
 from sqlalchemy.engine import URL
 from sqlalchemy.sql.elements import ClauseElement
 
-from hermes_state import SessionDB, plans, sql_docs, statements
+from hermes_state import CompressionSessionClosedError, SessionDB, plans, sql_docs, statements
 from hermes_state.engine import resolve_url, with_driver
 from hermes_state.plans import Plan
 from hermes_state.statements import Capabilities
@@ -262,6 +262,21 @@ def _now(call: Callable[[SessionDB], object]) -> Example:
     return lambda db, _clock: lambda: call(db)
 
 
+def _closed(call: Callable[[SessionDB], object]) -> Example:
+    """A call refused because compression closed the session "closed"."""
+
+    def example(db: SessionDB, _clock: HandClock) -> Callable[[], object]:
+        db.create_session("closed", "cli", ended_at=1.0, end_reason="compression")
+
+        def refused() -> None:
+            with pytest.raises(CompressionSessionClosedError):
+                call(db)
+
+        return refused
+
+    return example
+
+
 def _anchored(call: Callable[[SessionDB, int], object]) -> Example:
     """A call given the id of the message ``_state`` appended to the session "idle"."""
 
@@ -354,6 +369,7 @@ EXAMPLES: dict[str, Example] = {
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),
     # -- messages
+    "append_message.closed": _closed(lambda db: db.append_message("closed", "user", "late")),
     "get_messages.paged": _now(lambda db: db.get_messages("idle", limit=10, offset=1)),
     "get_messages.latest": _now(lambda db: db.get_messages("idle", limit=10, latest=True)),
     "get_messages.after": _now(lambda db: db.get_messages("idle", limit=10, after_id=0)),

@@ -16,5 +16,6 @@ FROM DUAL
 WHERE EXISTS (
   SELECT *
   FROM sessions
-  WHERE sessions.id = :session_id
+  WHERE sessions.id = :session_id AND (sessions.ended_at IS NULL OR sessions.end_reason IS NULL
+      OR sessions.end_reason != 'compression')
 );

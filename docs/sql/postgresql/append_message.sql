@@ -20,7 +20,8 @@ WITH inserted AS (
   WHERE EXISTS (
     SELECT *
     FROM sessions
-    WHERE sessions.id = :session_id::VARCHAR
+    WHERE sessions.id = :session_id::VARCHAR AND (sessions.ended_at IS NULL
+        OR sessions.end_reason IS NULL OR sessions.end_reason != 'compression')
   )
   RETURNING messages.id
 ),
@@ -30,5 +31,12 @@ counted AS (
       tool_call_count=(sessions.tool_call_count + :tool_calls_added::INTEGER)
   WHERE sessions.id = :session_id::VARCHAR AND (EXISTS (SELECT inserted.id FROM inserted))
 )
-SELECT inserted.id
-FROM inserted;
+SELECT (
+  SELECT inserted.id
+  FROM inserted
+) AS id, EXISTS (
+  SELECT *
+  FROM sessions
+  WHERE sessions.id = :session_id::VARCHAR AND sessions.ended_at IS NOT NULL
+      AND sessions.end_reason = 'compression'
+) AS closed;

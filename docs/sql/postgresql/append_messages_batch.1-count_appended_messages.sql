@@ -4,4 +4,5 @@
 UPDATE sessions
 SET message_count=(sessions.message_count + :messages_added::INTEGER),
     tool_call_count=(sessions.tool_call_count + :tool_calls_added::INTEGER)
-WHERE sessions.id = :session_id::VARCHAR;
+WHERE sessions.id = :session_id::VARCHAR AND (sessions.ended_at IS NULL
+    OR sessions.end_reason IS NULL OR sessions.end_reason != 'compression');

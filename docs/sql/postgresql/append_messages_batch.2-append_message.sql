@@ -18,5 +18,6 @@ SELECT :session_id::VARCHAR AS anon_1, :role::VARCHAR AS anon_2, :content::VARCH
 WHERE EXISTS (
   SELECT *
   FROM sessions
-  WHERE sessions.id = :session_id::VARCHAR
+  WHERE sessions.id = :session_id::VARCHAR AND (sessions.ended_at IS NULL
+      OR sessions.end_reason IS NULL OR sessions.end_reason != 'compression')
 );

@@ -4,4 +4,5 @@
 
 UPDATE sessions
 SET rewind_count=(coalesce(sessions.rewind_count, :coalesce_1::INTEGER) + :coalesce_2::INTEGER)
-WHERE sessions.id = :session_id::VARCHAR;
+WHERE sessions.id = :session_id::VARCHAR AND (sessions.ended_at IS NULL
+    OR sessions.end_reason IS NULL OR sessions.end_reason != 'compression');

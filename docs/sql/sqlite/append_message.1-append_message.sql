@@ -15,6 +15,7 @@ SELECT :session_id AS anon_1, :role AS anon_2, :content AS anon_3, :now AS anon_
 WHERE EXISTS (
   SELECT *
   FROM sessions
-  WHERE sessions.id = :session_id
+  WHERE sessions.id = :session_id AND (sessions.ended_at IS NULL OR sessions.end_reason IS NULL
+      OR sessions.end_reason != 'compression')
 )
 RETURNING id;

@@ -4,4 +4,5 @@
 UPDATE sessions
 SET message_count=(sessions.message_count + :messages_added),
     tool_call_count=(sessions.tool_call_count + :tool_calls_added)
-WHERE sessions.id = :session_id;
+WHERE sessions.id = :session_id AND (sessions.ended_at IS NULL OR sessions.end_reason IS NULL
+    OR sessions.end_reason != 'compression');

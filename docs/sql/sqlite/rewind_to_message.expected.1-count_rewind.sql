@@ -4,4 +4,5 @@
 
 UPDATE sessions
 SET rewind_count=(coalesce(sessions.rewind_count, :coalesce_1) + :coalesce_2)
-WHERE sessions.id = :session_id;
+WHERE sessions.id = :session_id AND (sessions.ended_at IS NULL OR sessions.end_reason IS NULL
+    OR sessions.end_reason != 'compression');
