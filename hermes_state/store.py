@@ -61,6 +61,12 @@ class StoreSettings:
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
     #: ``sanitize_title(title)``: the title as it would be stored (see :mod:`hermes_state.titles`).
     sanitize_title = staticmethod(titles.sanitize_title)
+    #: Upstream's pacing of its chunked full-text rebuild (seconds between chunks, and that
+    #: pause per second a chunk took), which its callers and tests tune. Kept under upstream's
+    #: names so that code runs; hermes-state has no chunked rebuild for them to pace (its
+    #: full-text index is kept by triggers, filled once when a file is adopted).
+    _FTS_REBUILD_MIN_PAUSE: float = 0.05
+    _FTS_REBUILD_DUTY_FACTOR: float = 4.0
 
     def __init__(
         self,

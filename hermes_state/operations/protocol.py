@@ -6,6 +6,7 @@ change the declaration and run that command (a test fails while this file is sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
@@ -63,10 +64,23 @@ class AsyncStore(Protocol):
     ) -> str: ...
 
     async def append_message(
-        self, session_id: str, role: str, content: str | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: str | list[Any] | dict[str, Any] | None = None,
+        **fields: Any,
     ) -> int: ...
 
-    async def get_messages(self, session_id: str) -> list[Row]: ...
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        include_compacted: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[Row]: ...
 
     async def count_messages(self, session_id: str) -> int: ...
 
@@ -282,3 +296,45 @@ class AsyncStore(Protocol):
     async def get_meta(self, key: str) -> str | None: ...
 
     async def set_meta(self, key: str, value: str | None) -> None: ...
+
+    async def append_messages_batch(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int: ...
+
+    async def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]: ...
+
+    async def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        repair_alternation: bool = False,
+        include_row_ids: bool = False,
+        include_compacted: bool = False,
+    ) -> list[Row]: ...
+
+    async def clear_session_messages(
+        self,
+        session_id: str,
+        keep_last_n: int | None = None,
+        before_timestamp: float | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool: ...
+
+    async def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        preserve_compaction_handoff: bool = False,
+        expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
+    ) -> dict[str, Any]: ...

@@ -363,8 +363,8 @@ def _deletion(_caps: Capabilities, params: Mapping[str, Any]) -> Body[tuple[int,
         one = {"session_id": session_id}
         # Children first: an adopted file's parent_session_id may be a foreign key.
         yield Step(statements.orphan_children(), one)
-        yield Step(statements.delete_session_messages(), one)
-        yield Step(statements.delete_session_usage(), one)
+        yield Step(statements.delete_messages(), one)
+        yield Step(statements.delete_model_usage(), one)
         yield Step(statements.delete_session_turn_lease(), one)
         yield Step(statements.delete_session_row(), one)
     yield Step(statements.delete_unreferenced_prompts())

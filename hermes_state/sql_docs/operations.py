@@ -311,6 +311,77 @@ def _set_title(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _append_refused(caps: Capabilities) -> list[Sent]:
+    if caps.single_statement:  # its one row says why nothing was appended
+        return [_sent(S.append_message_counted)]
+    why = "nothing was appended: is there no such session, or did compression close it?"
+    return [_sent(S.append_message, caps.insert_returning), _sent(S.session_closed, note=why)]
+
+
+def _append_batch(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.count_appended_messages, note="the session must exist"),
+        _sent(S.append_message, False, note="once per message"),
+    ]
+
+
+def _around(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.messages_around, True),
+        _sent(S.messages_around, False, note="when the anchor is a message of the session"),
+    ]
+
+
+def _conversation(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.lineage_link, note="once, and once more per step up the session's lineage"),
+        _sent(S.get_messages, S.Visibility.LIVE, note="once per session of the lineage"),
+    ]
+
+
+def _clear(kept: str) -> Callable[[Capabilities], list[Sent]]:
+    """``clear_session_messages``: every message (which leaves none), the newest ``keep_last_n``
+    or those after ``before_timestamp`` (which here leave some)."""
+
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [_sent(S.session_locked, note="the session must exist")]
+        if kept == "keep_last_n":
+            sent.append(_sent(S.nth_newest_message))
+            sent.append(_sent(S.delete_messages, before_id=True, note="when there are more"))
+        elif kept == "before_timestamp":
+            sent.append(_sent(S.delete_messages, before_timestamp=True))
+        else:
+            sent.append(_sent(S.delete_messages))
+        sent.append(_sent(S.live_counts))
+        if kept:
+            sent.append(_sent(S.set_message_counters, True, note="when messages are left"))
+        else:
+            sent.append(_sent(S.reset_session_counters, note="when no message is left"))
+            sent.append(_sent(S.delete_model_usage, note="when no message is left"))
+        sent.append(_sent(S.delete_unreferenced_prompts))
+        return sent
+
+    return steps
+
+
+def _rewind(expected: bool) -> Callable[[Capabilities], list[Sent]]:
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [_sent(S.count_rewind, note="the session must exist")]
+        if expected:
+            sent.append(_sent(S.live_message_ids, note="to compare with expected_active_ids"))
+        return [
+            *sent,
+            _sent(S.message_of_session, note="the target must be a user message of it"),
+            _sent(S.rewind_from),
+            _sent(S.live_counts),
+            _sent(S.live_tool_calls),
+            _sent(S.set_message_counters, False),
+            _sent(S.live_head),
+        ]
+
+    return steps
+
+
 def _stats(_caps: Capabilities) -> list[Sent]:
     return [
         _sent(S.count_handoffs_by_state),
@@ -383,8 +454,8 @@ def _deletion(given: str) -> Callable[[Capabilities], list[Sent]]:
             _sent(S.lineage_parent, note=f"for {given}: " + _PER_WALK),
             _sent(S.live_turn_lease, note="once per session deleted and conversation of one"),
             _sent(S.orphan_children, note=each),
-            _sent(S.delete_session_messages, note=each),
-            _sent(S.delete_session_usage, note=each),
+            _sent(S.delete_messages, note=each),
+            _sent(S.delete_model_usage, note=each),
             _sent(S.delete_session_turn_lease, note=each),
             _sent(S.delete_session_row, note=each),
             _sent(S.delete_unreferenced_prompts),
@@ -420,6 +491,7 @@ _AUDIT = "Audit trail"
 _READS = "Reads"
 _TITLES = "Titles"
 _FLAGS = "Session flags, ids and meta"
+_MESSAGES = "Messages"
 
 _O = Operation
 #: Every operation, in the order of the index; a variant is an operation called with the
@@ -837,6 +909,113 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     _O(_FLAGS, "get_meta", "", "get_meta(key)", _only(S.get_meta)),
     _O(_FLAGS, "set_meta", "", "set_meta(key, value)", lambda caps: [_sent(S.set_meta, caps.name)]),
+    # -- messages
+    _O(
+        _MESSAGES,
+        "append_message",
+        "closed",
+        "append_message(session_id, role, content)",
+        _append_refused,
+        when=", when compression closed the session",
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "paged",
+        "get_messages(session_id, limit=limit, offset=offset)",
+        _only(S.get_messages, limited=True, skipped=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "latest",
+        "get_messages(session_id, limit=limit, latest=True)",
+        _only(S.get_messages, newest_first=True, limited=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "after",
+        "get_messages(session_id, limit=limit, after_id=after_id)",
+        _only(S.get_messages, after=True, limited=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "inactive",
+        "get_messages(session_id, include_inactive=True)",
+        _only(S.get_messages, S.Visibility.ALL),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "compacted",
+        "get_messages(session_id, include_compacted=True)",
+        _only(S.get_messages, S.Visibility.DISPLAY),
+    ),
+    _O(
+        _MESSAGES,
+        "append_messages_batch",
+        "",
+        "append_messages_batch(session_id, messages)",
+        _append_batch,
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_around",
+        "",
+        "get_messages_around(session_id, around_message_id, window)",
+        _around,
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_as_conversation",
+        "",
+        "get_messages_as_conversation(session_id)",
+        _only(S.get_messages, S.Visibility.LIVE),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_as_conversation",
+        "ancestors",
+        "get_messages_as_conversation(session_id, include_ancestors=True)",
+        _conversation,
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "",
+        "clear_session_messages(session_id)",
+        _clear(""),
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "keep_last_n",
+        "clear_session_messages(session_id, keep_last_n=n)",
+        _clear("keep_last_n"),
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "before_timestamp",
+        "clear_session_messages(session_id, before_timestamp=when)",
+        _clear("before_timestamp"),
+    ),
+    _O(
+        _MESSAGES,
+        "rewind_to_message",
+        "",
+        "rewind_to_message(session_id, target_message_id)",
+        _rewind(expected=False),
+    ),
+    _O(
+        _MESSAGES,
+        "rewind_to_message",
+        "expected",
+        "rewind_to_message(session_id, target_message_id, expected_active_ids=ids)",
+        _rewind(expected=True),
+    ),
 )
 
 #: Builders of :mod:`hermes_state.statements` no operation sends, and why.

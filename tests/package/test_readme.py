@@ -110,6 +110,8 @@ FRAGMENTS = (
     "get_next_title_in_lineage(",
     'db.ensure_session("s1")  # a gateway',
     'db.set_session_archived("tip", True)',
+    # -- messages
+    'db.append_messages_batch(\n        "m1",',
 )
 
 
@@ -210,6 +212,13 @@ def test_the_session_flags_example(tmp_path: Path, isolated_home: Path) -> None:
     assert result.returncode == 0, result.stderr  # its own asserts held
     with SessionDB(isolated_home / "state.db") as db:
         assert [db.get_session(s)["archived"] for s in ("root", "tip")] == [1, 1]  # type: ignore[index]
+
+
+def test_the_messages_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.append_messages_batch(\n        "m1",'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.message_count("m1") == 2
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

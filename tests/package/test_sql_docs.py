@@ -28,7 +28,7 @@ from sqlalchemy import String, bindparam, create_engine, literal_column, select
 from sqlalchemy.engine import URL
 from sqlalchemy.sql.elements import ClauseElement
 
-from hermes_state import SessionDB, plans, sql_docs, statements
+from hermes_state import CompressionSessionClosedError, SessionDB, plans, sql_docs, statements
 from hermes_state.engine import resolve_url, with_driver
 from hermes_state.plans import Plan
 from hermes_state.statements import Capabilities
@@ -267,6 +267,19 @@ def _after(setup: Callable[[SessionDB], object], call: Callable[[SessionDB], obj
         setup(db)
         return lambda: call(db)
 
+
+def _closed(call: Callable[[SessionDB], object]) -> Example:
+    """A call refused because compression closed the session "closed"."""
+
+    def example(db: SessionDB, _clock: HandClock) -> Callable[[], object]:
+        db.create_session("closed", "cli", ended_at=1.0, end_reason="compression")
+
+        def refused() -> None:
+            with pytest.raises(CompressionSessionClosedError):
+                call(db)
+
+        return refused
+
     return example
 
 
@@ -278,6 +291,16 @@ def _usage(absolute: bool) -> Callable[[SessionDB], object]:
     return lambda db: db.update_token_counts(
         "idle", 10, 2, "m-2", billing_provider="p", api_call_count=1, absolute=absolute
     )
+
+
+def _anchored(call: Callable[[SessionDB, int], object]) -> Example:
+    """A call given the id of the message ``_state`` appended to the session "idle"."""
+
+    def example(db: SessionDB, _clock: HandClock) -> Callable[[], object]:
+        anchor = db.get_messages("idle")[0]["id"]
+        return lambda: call(db, anchor)
+
+    return example
 
 
 #: A call of every operation of the catalog, by its slug, made on the state :func:`_state`
@@ -388,6 +411,32 @@ EXAMPLES: dict[str, Example] = {
     "delete_sessions": _now(lambda db: db.delete_sessions(["idle", "failed", "ghost"])),
     "get_meta": _now(lambda db: db.get_meta("last_auto_archive")),
     "set_meta": _now(lambda db: db.set_meta("last_auto_archive", "1700000000.0")),
+    # -- messages
+    "append_message.closed": _closed(lambda db: db.append_message("closed", "user", "late")),
+    "get_messages.paged": _now(lambda db: db.get_messages("idle", limit=10, offset=1)),
+    "get_messages.latest": _now(lambda db: db.get_messages("idle", limit=10, latest=True)),
+    "get_messages.after": _now(lambda db: db.get_messages("idle", limit=10, after_id=0)),
+    "get_messages.inactive": _now(lambda db: db.get_messages("idle", include_inactive=True)),
+    "get_messages.compacted": _now(lambda db: db.get_messages("idle", include_compacted=True)),
+    "get_messages_around": _anchored(lambda db, anchor: db.get_messages_around("idle", anchor, 2)),
+    "get_messages_as_conversation": _now(lambda db: db.get_messages_as_conversation("idle")),
+    "get_messages_as_conversation.ancestors": _now(
+        lambda db: db.get_messages_as_conversation("seg", include_ancestors=True)
+    ),
+    "clear_session_messages": _now(lambda db: db.clear_session_messages("idle")),
+    "clear_session_messages.keep_last_n": _now(
+        lambda db: db.clear_session_messages("idle", keep_last_n=1)
+    ),
+    "clear_session_messages.before_timestamp": _now(
+        lambda db: db.clear_session_messages("idle", before_timestamp=0.0)
+    ),
+    "rewind_to_message": _anchored(lambda db, anchor: db.rewind_to_message("idle", anchor)),
+    "rewind_to_message.expected": _anchored(
+        lambda db, anchor: db.rewind_to_message("idle", anchor, expected_active_ids=[anchor])
+    ),
+    "append_messages_batch": _now(
+        lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
+    ),
 }
 
 

@@ -246,6 +246,10 @@ SAMPLES: dict[str, Any] = {
     "session_id_or_prefix": "s-",
     "key": "last_auto_archive",
     "value": "1700000000.0",
+    # -- messages
+    "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+    "around_message_id": 1,
+    "target_message_id": 1,
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {
@@ -335,6 +339,8 @@ BAD = {
     "session_id_or_prefix": 7,
     "key": " ",
     "value": 7,
+    # -- messages
+    "messages": "not a list",
 }
 
 
