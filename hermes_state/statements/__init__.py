@@ -105,7 +105,17 @@ from .session_writes import (
     store_system_prompt,
     usage_route,
 )
-from .titles import get_title, lineage, session_by_title, set_title, title_holder
+from .titles import (
+    compression_parent,
+    get_title,
+    lineage,
+    release_title,
+    session_by_title,
+    set_title,
+    set_title_source,
+    title_holder,
+    title_state,
+)
 from .transcript import (
     append_message,
     append_message_counted,
@@ -171,6 +181,7 @@ __all__ = [
     "claim_picked",
     "claimed_attempt",
     "complete_handoff",
+    "compression_parent",
     "count_all_messages",
     "count_appended_message",
     "count_failures_since",
@@ -222,6 +233,7 @@ __all__ = [
     "reclaimable",
     "record_model_usage",
     "refresh_turn_lease",
+    "release_title",
     "release_turn_lease",
     "renew_lease",
     "renew_leases",
@@ -240,10 +252,12 @@ __all__ = [
     "set_session_model",
     "set_system_prompt",
     "set_title",
+    "set_title_source",
     "set_usage_route",
     "state_is",
     "store_system_prompt",
     "title_holder",
+    "title_state",
     "turn_lease_holder",
     "usage_route",
 ]
