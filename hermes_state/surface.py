@@ -474,7 +474,35 @@ class Store(Protocol):
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         """Give the session a title the user chose (``title_source`` 'user'), cleaned by
         ``sanitize_title``; an empty title clears it. Titles are unique: one another session
-        holds raises ``InvalidInputError`` (a ``ValueError``) naming it. False for an unknown id.
+        holds raises ``InvalidInputError`` (a ``ValueError``) naming it, unless that session is
+        an earlier compression segment of this one (it gives the title up) or an archived Bot
+        Chat retired by a hidden replacement (it gives up title and provenance). A hidden
+        session titled "Bot Chat" (Bot Mode's canonical chat) refuses any other title, an empty
+        one included. False for an unknown id, or when another write changed the title first.
+        """
+        ...
+
+    def set_auto_title(self, session_id: str, title: str | None, *, source: str) -> bool:
+        """Give the session an automatic title, ``source`` its provenance ('derived', 'llm',
+        'branch' or 'branch_fallback'; any other is ``InvalidInputError``). It lands only on an
+        untitled session or over a title of strictly lower rank (derived and both branch
+        sources 0, llm 1, user 2; a title without provenance counts as the user's): False,
+        nothing written, otherwise, and on the canonical Bot Chat whatever its provenance.
+        Cleaning and uniqueness are ``set_session_title``'s.
+        """
+        ...
+
+    def get_session_title_source(self, session_id: str) -> str | None:
+        """The provenance of the session's title ('user', 'llm', 'derived', ...), or None: no
+        title, no provenance recorded, or an unknown id.
+        """
+        ...
+
+    def set_session_title_source(self, session_id: str, source: str) -> bool:
+        """Record ``source`` ('derived', 'llm' or 'user'; any other is ``InvalidInputError``)
+        as the provenance of the session's title, its text unchanged: a title carried over to a
+        continuation keeps the original's authority. False when the session has no title or
+        the id is unknown.
         """
         ...
 
@@ -489,6 +517,8 @@ class Store(Protocol):
     def resolve_session_by_title(self, title: str) -> str | None:
         """The id ``title`` names, preferring its newest numbered continuation
         (``"title #N"``, by ``started_at``) over the exact title; None when neither exists.
+        "Bot Chat" itself is the exception: the session titled exactly so wins over any
+        ``"Bot Chat #N"``.
         """
         ...
 

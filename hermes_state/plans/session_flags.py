@@ -17,6 +17,7 @@ from ..errors import InvalidInputTypeError, SessionInUseError
 from ..models import HandoffState
 from ..statements import Capabilities
 from ..statements.titles import LIKE_ESCAPE
+from ..titles import CANONICAL_BOT_CHAT_TITLE
 from ..validation import require_identifier, require_identifiers, require_str, require_text
 from .core import Body, Plan, Row, Step
 from .reads import _constant
@@ -25,10 +26,6 @@ from .turn_leases import _conversation
 #: How many prefix matches ``resolve_session_id`` reads: two tell a unique match from an
 #: ambiguous one.
 PREFIX_MATCHES: Final = 2
-
-#: The title of upstream's canonical Bot Chat: a hidden session with this title stays hidden
-#: when it is pinned (its desktop reaches it only through the bot).
-CANONICAL_BOT_CHAT_TITLE: Final = "Bot Chat"
 
 
 def _require_bool(name: str, value: object) -> bool:

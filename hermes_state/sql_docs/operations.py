@@ -303,12 +303,23 @@ def _release_turns(caps: Capabilities) -> list[Sent]:
     ]
 
 
-def _set_title(_caps: Capabilities) -> list[Sent]:
-    return [
-        _sent(S.get_title, note="the session must exist"),
-        _sent(S.title_holder, note="when a title is given: no other session may hold it"),
-        _sent(S.set_title),
-    ]
+def _set_title(holder: str) -> Callable[[Capabilities], list[Sent]]:
+    """The title writes (the user's and an automatic one send the same statements) when the
+    title is free (``holder`` empty), held by an earlier compression segment of the session
+    ("segment"), or held by an archived "Bot Chat" a hidden session replaces ("retired")."""
+
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [
+            _sent(S.title_state, note="the session must exist (and its title may change)"),
+            _sent(S.title_holder, note="when a title is given: another session holding it"),
+        ]
+        if holder:
+            sent.append(_sent(S.compression_parent, note=_PER_WALK))
+            sent.append(_sent(S.release_title, with_source=holder == "retired"))
+        sent.append(_sent(S.set_title, note="only if the title is still what was read"))
+        return sent
+
+    return steps
 
 
 def _append_refused(caps: Capabilities) -> list[Sent]:
@@ -819,8 +830,45 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     _O(_READS, "has_pending_handoffs", "", "has_pending_handoffs()", _only(S.has_pending_handoffs)),
     _O(_READS, "handoff_stats", "", "handoff_stats()", _stats),
-    _O(_TITLES, "set_session_title", "", "set_session_title(session_id, title)", _set_title),
+    _O(_TITLES, "set_session_title", "", "set_session_title(session_id, title)", _set_title("")),
+    _O(
+        _TITLES,
+        "set_session_title",
+        "segment",
+        "set_session_title(session_id, title)",
+        _set_title("segment"),
+        when=", the title held by an earlier compression segment of the session",
+    ),
+    _O(
+        _TITLES,
+        "set_session_title",
+        "retired",
+        "set_session_title(session_id, 'Bot Chat')",
+        _set_title("retired"),
+        when=", the title held by an archived session, the claimant or the holder hidden",
+    ),
     _O(_TITLES, "get_session_title", "", "get_session_title(session_id)", _only(S.get_title)),
+    _O(
+        _TITLES,
+        "set_auto_title",
+        "",
+        "set_auto_title(session_id, title, source=...)",
+        _set_title(""),
+    ),
+    _O(
+        _TITLES,
+        "get_session_title_source",
+        "",
+        "get_session_title_source(session_id)",
+        _only(S.title_state),
+    ),
+    _O(
+        _TITLES,
+        "set_session_title_source",
+        "",
+        "set_session_title_source(session_id, source)",
+        _only(S.set_title_source),
+    ),
     _O(
         _TITLES,
         "get_session_by_title",

@@ -122,7 +122,17 @@ from .session_writes import (
     store_system_prompt,
     usage_route,
 )
-from .titles import get_title, lineage, session_by_title, set_title, title_holder
+from .titles import (
+    compression_parent,
+    get_title,
+    lineage,
+    release_title,
+    session_by_title,
+    set_title,
+    set_title_source,
+    title_holder,
+    title_state,
+)
 from .transcript import (
     Visibility,
     append_message,
@@ -190,6 +200,7 @@ __all__ = [
     "claim_picked",
     "claimed_attempt",
     "complete_handoff",
+    "compression_parent",
     "count_appended_message",
     "count_appended_messages",
     "count_failures_since",
@@ -251,6 +262,7 @@ __all__ = [
     "reclaimable",
     "record_model_usage",
     "refresh_turn_lease",
+    "release_title",
     "release_turn_lease",
     "renew_lease",
     "renew_leases",
@@ -274,10 +286,12 @@ __all__ = [
     "set_session_model",
     "set_system_prompt",
     "set_title",
+    "set_title_source",
     "set_usage_route",
     "state_is",
     "store_system_prompt",
     "title_holder",
+    "title_state",
     "turn_lease_holder",
     "usage_route",
 ]

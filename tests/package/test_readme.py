@@ -112,6 +112,7 @@ FRAGMENTS = (
     'db.set_session_archived("tip", True)',
     # -- messages
     'db.append_messages_batch(\n        "m1",',
+    'db.set_auto_title("t3", "fix login"',
 )
 
 
@@ -190,6 +191,14 @@ def test_the_titles_example(tmp_path: Path, isolated_home: Path) -> None:
     with SessionDB(isolated_home / "state.db") as db:
         assert db.get_session_title("t1") == "quarterly report"
         assert db.get_session_title("t2") == "quarterly report #2"
+
+
+def test_the_automatic_titles_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.set_auto_title("t3", "fix login"'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.get_session_title("t3") == "auth bug"
+        assert db.get_session_title_source("t3") == "user"
 
 
 def test_the_session_rows_example(tmp_path: Path, isolated_home: Path) -> None:

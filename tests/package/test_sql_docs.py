@@ -267,6 +267,8 @@ def _after(setup: Callable[[SessionDB], object], call: Callable[[SessionDB], obj
         setup(db)
         return lambda: call(db)
 
+    return example
+
 
 def _closed(call: Callable[[SessionDB], object]) -> Example:
     """A call refused because compression closed the session "closed"."""
@@ -301,6 +303,17 @@ def _anchored(call: Callable[[SessionDB, int], object]) -> Example:
         return lambda: call(db, anchor)
 
     return example
+
+
+def _retired_bot_chat(db: SessionDB) -> None:
+    """A Bot Chat retired: hidden, titled "Bot Chat", archived."""
+    db.set_session_title("failed", "Bot Chat")
+    db.set_session_hidden("failed", True)
+    db.set_session_archived("failed", True)
+
+
+def _claim_bot_chat(db: SessionDB) -> object:
+    return db.set_session_title("idle", "Bot Chat")
 
 
 #: A call of every operation of the catalog, by its slug, made on the state :func:`_state`
@@ -391,7 +404,18 @@ EXAMPLES: dict[str, Example] = {
     "message_count": _now(lambda db: db.message_count()),
     "message_count.session": _now(lambda db: db.message_count("idle")),
     "set_session_title": _now(lambda db: db.set_session_title("idle", "a title")),
+    "set_session_title.segment": _after(
+        lambda db: db.set_session_title("root", "a title"),
+        lambda db: db.set_session_title("seg", "a title"),
+    ),
+    "set_session_title.retired": _after(_retired_bot_chat, _claim_bot_chat),
     "get_session_title": _now(lambda db: db.get_session_title("idle")),
+    "set_auto_title": _now(lambda db: db.set_auto_title("idle", "a title", source="llm")),
+    "get_session_title_source": _now(lambda db: db.get_session_title_source("idle")),
+    "set_session_title_source": _after(
+        lambda db: db.set_session_title("idle", "a title"),
+        lambda db: db.set_session_title_source("idle", "llm"),
+    ),
     "get_session_by_title": _now(lambda db: db.get_session_by_title("a title")),
     "resolve_session_by_title": _now(lambda db: db.resolve_session_by_title("a title")),
     "get_next_title_in_lineage": _now(lambda db: db.get_next_title_in_lineage("a title #2")),
