@@ -57,7 +57,6 @@ from .reads import (
     oldest_pending_requested_at,
     recent_failed_events,
 )
-from .reads import count_sessions as count_sessions
 from .reads import list_sessions as list_sessions
 from .session_flags import (
     COMPRESSION,
@@ -82,6 +81,19 @@ from .session_flags import (
     set_lineage_flag,
     set_meta,
 )
+from .session_listing import (
+    COMPACT_EXCLUDED,
+    SessionFilter,
+    compression_chains,
+    count_listed_sessions,
+    count_sessions_by_source,
+    pinned_sessions,
+    rich_sessions,
+    rich_sessions_by_activity,
+    rich_sessions_by_id,
+    search_sessions,
+)
+from .session_terms import LIKE_ESCAPE, list_parameter
 from .session_writes import (
     INHERITED,
     INHERITED_ROUTE,
@@ -142,6 +154,7 @@ from .turn_leases import refresh_turn_leases as refresh_turn_leases
 from .turn_leases import release_turn_leases as release_turn_leases
 
 __all__ = [
+    "COMPACT_EXCLUDED",
     "COMPRESSION",
     "DELEGATE_MARKER_PATTERN",
     "DELIVERY_HOLDER",
@@ -150,6 +163,7 @@ __all__ = [
     "INHERITED",
     "INHERITED_ROUTE",
     "KEPT_FIRST",
+    "LIKE_ESCAPE",
     "LINEAGE_FLAGS",
     "MESSAGE_FIELDS",
     "ROUTE_FIELDS",
@@ -161,6 +175,7 @@ __all__ = [
     "Fence",
     "PickedClaim",
     "ReclaimScope",
+    "SessionFilter",
     "Transition",
     "append_message",
     "append_message_counted",
@@ -171,12 +186,14 @@ __all__ = [
     "claim_picked",
     "claimed_attempt",
     "complete_handoff",
+    "compression_chains",
     "count_appended_message",
     "count_failures_since",
     "count_handoffs_by_state",
+    "count_listed_sessions",
     "count_message_rows",
     "count_messages",
-    "count_sessions",
+    "count_sessions_by_source",
     "count_tokens",
     "delegate_candidates",
     "delete_session_messages",
@@ -210,11 +227,13 @@ __all__ = [
     "lineage_parent",
     "lineage_row",
     "list_handoffs",
+    "list_parameter",
     "live_turn_lease",
     "notify_handoff_requested",
     "oldest_pending_requested_at",
     "orphan_children",
     "pin_guard",
+    "pinned_sessions",
     "prune_events",
     "recent_failed_events",
     "recent_failures",
@@ -228,7 +247,11 @@ __all__ = [
     "renew_leases_json",
     "reopen_session",
     "request_handoff",
+    "rich_sessions",
+    "rich_sessions_by_activity",
+    "rich_sessions_by_id",
     "running_by_owner",
+    "search_sessions",
     "session_and_parent",
     "session_by_title",
     "session_columns",

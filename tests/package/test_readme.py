@@ -110,6 +110,7 @@ FRAGMENTS = (
     "get_next_title_in_lineage(",
     'db.ensure_session("s1")  # a gateway',
     'db.set_session_archived("tip", True)',
+    'list_sessions_rich(source="cli", limit=20)',
 )
 
 
@@ -210,6 +211,13 @@ def test_the_session_flags_example(tmp_path: Path, isolated_home: Path) -> None:
     assert result.returncode == 0, result.stderr  # its own asserts held
     with SessionDB(isolated_home / "state.db") as db:
         assert [db.get_session(s)["archived"] for s in ("root", "tip")] == [1, 1]  # type: ignore[index]
+
+
+def test_the_session_listing_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('list_sessions_rich(source="cli", limit=20)'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.session_count() == 25
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:
