@@ -157,11 +157,14 @@ class Store(Protocol):
         archived_only: bool = False,
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
     ) -> int:
         """How many sessions :meth:`list_sessions_rich` would list under the same filters, so
         a "load more" total agrees with the pages: archived sessions only with
         ``include_archived`` (or only them, ``archived_only``), sub-agent runs and
-        compression continuations left out with ``exclude_children``; hidden sessions count.
+        compression continuations left out with ``exclude_children``, only the requester's
+        own Telegram DMs with ``scope="own"``; hidden sessions count.
         """
         ...
 
@@ -661,6 +664,8 @@ class Store(Protocol):
         include_pinned: bool = False,
         session_key: str | None = None,
         include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
     ) -> list[Row]:
         """One page of sessions for a picker, newest ``started_at`` first: each row every
         session column plus ``last_active`` (its latest heartbeat or message, else its start),
@@ -678,6 +683,14 @@ class Store(Protocol):
         first, the one order in which ``id_query`` and ``search_query`` (ids and titles of
         the chain, case-insensitive) apply. ``include_pinned`` adds the pinned sessions the
         page missed; ``compact_rows`` leaves out the system prompt and its hash.
+        ``scope="own"`` lists only the Telegram direct messages of ``requester_user_id``
+        (required then; a row without a chat id is left out); "admin" or None: everyone's.
+        """
+        ...
+
+    def session_count_ge(self, n: int = 1) -> bool:
+        """Whether at least ``n`` sessions exist (archived ones too), reading at most ``n``
+        rows.
         """
         ...
 

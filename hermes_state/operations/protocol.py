@@ -82,6 +82,8 @@ class AsyncStore(Protocol):
         archived_only: bool = False,
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
     ) -> int: ...
 
     async def end_session(self, session_id: str, end_reason: str) -> None: ...
@@ -313,7 +315,11 @@ class AsyncStore(Protocol):
         include_pinned: bool = False,
         session_key: str | None = None,
         include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
     ) -> list[Row]: ...
+
+    async def session_count_ge(self, n: int = 1) -> bool: ...
 
     async def session_count_by_source(
         self,

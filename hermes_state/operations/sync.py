@@ -95,11 +95,14 @@ class SyncOperations:
         archived_only: bool = False,
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
     ) -> int:
         """How many sessions :meth:`list_sessions_rich` would list under the same filters, so
         a "load more" total agrees with the pages: archived sessions only with
         ``include_archived`` (or only them, ``archived_only``), sub-agent runs and
-        compression continuations left out with ``exclude_children``; hidden sessions count.
+        compression continuations left out with ``exclude_children``, only the requester's
+        own Telegram DMs with ``scope="own"``; hidden sessions count.
         """
         return self._run(
             self._plans.session_count(
@@ -111,6 +114,8 @@ class SyncOperations:
                 archived_only=archived_only,
                 exclude_children=exclude_children,
                 exclude_sources=exclude_sources,
+                scope=scope,
+                requester_user_id=requester_user_id,
             )
         )
 
@@ -600,6 +605,8 @@ class SyncOperations:
         include_pinned: bool = False,
         session_key: str | None = None,
         include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
     ) -> list[Row]:
         """One page of sessions for a picker, newest ``started_at`` first: each row every
         session column plus ``last_active`` (its latest heartbeat or message, else its start),
@@ -617,6 +624,8 @@ class SyncOperations:
         first, the one order in which ``id_query`` and ``search_query`` (ids and titles of
         the chain, case-insensitive) apply. ``include_pinned`` adds the pinned sessions the
         page missed; ``compact_rows`` leaves out the system prompt and its hash.
+        ``scope="own"`` lists only the Telegram direct messages of ``requester_user_id``
+        (required then; a row without a chat id is left out); "admin" or None: everyone's.
         """
         return self._run(
             self._plans.list_sessions_rich(
@@ -638,8 +647,16 @@ class SyncOperations:
                 include_pinned=include_pinned,
                 session_key=session_key,
                 include_hidden=include_hidden,
+                scope=scope,
+                requester_user_id=requester_user_id,
             )
         )
+
+    def session_count_ge(self, n: int = 1) -> bool:
+        """Whether at least ``n`` sessions exist (archived ones too), reading at most ``n``
+        rows.
+        """
+        return self._run(self._plans.session_count_ge(n=n))
 
     def session_count_by_source(
         self,

@@ -12,6 +12,7 @@ from ..errors import InvalidInputError, InvalidInputTypeError
 from ..statements import Capabilities, SessionFilter
 from ..validation import require_text
 from .core import Body, Plan, Row, Step
+from .reads import _constant
 
 #: A preview shows at most this many characters of the first user message, then "...".
 PREVIEW_MAX_CHARS: Final = 60
@@ -95,6 +96,36 @@ def _names(name: str, value: object) -> list[str]:
     return list(dict.fromkeys(_text(name, item) for item in value))
 
 
+#: ``scope`` of a listing or count: "own" (only the requester's Telegram DMs) or "admin" (no
+#: restriction, as None).
+SCOPES: Final = ("own", "admin")
+
+
+def _requester(scope: object, requester_user_id: object) -> str | None:
+    """The user whose own direct messages a scoped call may see, or None: no restriction."""
+    if scope is None or scope == "admin":
+        return None
+    if scope != "own":
+        raise InvalidInputError(f"scope must be one of {', '.join(SCOPES)} or None, not {scope!r}")
+    if isinstance(requester_user_id, bool) or not isinstance(requester_user_id, str | int):
+        raise InvalidInputError("scope='own' needs requester_user_id, the user it lists for")
+    requester = _text("requester_user_id", str(requester_user_id))
+    if not requester:
+        raise InvalidInputError("scope='own' needs requester_user_id, the user it lists for")
+    return requester
+
+
+def session_row_is_own_dm(session: Mapping[str, Any], requester_user_id: object) -> bool:
+    """Whether an already-read session row is a Telegram direct message with
+    ``requester_user_id``: the row-by-row form of what ``scope='own'`` lists."""
+    if not requester_user_id:
+        return False
+    if session.get("source") != "telegram" or session.get("chat_type") != "dm":
+        return False
+    chat_id = session.get("chat_id")
+    return bool(chat_id) and str(chat_id) == str(requester_user_id)
+
+
 def _below(directory: str) -> dict[str, str]:
     """The parameters of a directory filter: the directory (trailing separators dropped) and
     the patterns of what lies below it."""
@@ -132,6 +163,7 @@ def _filtered(
     exclude_children: object = False,
     session_key: object = None,
     visible_only: bool = False,
+    requester: str | None = None,
 ) -> _Filtered:
     one = _text("source", source)
     included = [one] if one else _names("sources", sources)
@@ -152,6 +184,8 @@ def _filtered(
         values.update(_below(directory))
     if least > 0:
         values["min_message_count"] = least
+    if requester is not None:
+        values["requester_user_id"] = requester
     chosen = SessionFilter(
         listable_only=_flag("exclude_children", exclude_children),
         by_sources=bool(included),
@@ -161,6 +195,7 @@ def _filtered(
         by_message_count=least > 0,
         archived="only" if only else "any" if with_archived else "live",
         visible_only=visible_only,
+        own_dm=requester is not None,
     )
     return _Filtered(chosen, values)
 
@@ -286,6 +321,11 @@ def _count_by_source(caps: Capabilities, filtered: _Filtered) -> Body[dict[str, 
     return {str(row["source"]): int(row["count"] or 0) for row in outcome.rows}
 
 
+def _at_least(_caps: Capabilities, n: int) -> Body[bool]:
+    outcome = yield Step(statements.some_sessions(), {"limit": n})
+    return len(outcome.rows) >= n
+
+
 @dataclass(frozen=True, slots=True)
 class _Search:
     sources: list[str]
@@ -344,6 +384,8 @@ class SessionListingPlans:
         include_pinned: object = False,
         session_key: object = None,
         include_hidden: object = False,
+        scope: object = None,
+        requester_user_id: object = None,
     ) -> Plan[list[Row]]:
         children = _flag("include_children", include_children)
         only_archived = _flag("archived_only", archived_only)
@@ -363,6 +405,7 @@ class SessionListingPlans:
                 exclude_children=not children,
                 session_key=session_key,
                 visible_only=not hidden_too,
+                requester=_requester(scope, requester_user_id),
             ),
             page={"limit": _whole("limit", limit), "offset": _whole("offset", offset)},
             compact=_flag("compact_rows", compact_rows),
@@ -383,6 +426,8 @@ class SessionListingPlans:
         archived_only: object = False,
         exclude_children: object = False,
         exclude_sources: object = None,
+        scope: object = None,
+        requester_user_id: object = None,
     ) -> Plan[int]:
         filtered = _filtered(
             source=source,
@@ -393,8 +438,16 @@ class SessionListingPlans:
             include_archived=include_archived,
             archived_only=archived_only,
             exclude_children=exclude_children,
+            requester=_requester(scope, requester_user_id),
         )
         return Plan(_count_listed, filtered, writes=False)
+
+    def session_count_ge(self, n: object = 1) -> Plan[bool]:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise InvalidInputTypeError(f"n must be an int, not {type(n).__name__}")
+        if n <= 0:
+            return Plan(_constant, True, writes=False)
+        return Plan(_at_least, n, writes=False)
 
     def session_count_by_source(
         self,

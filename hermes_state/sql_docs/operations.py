@@ -917,6 +917,14 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     _O(
         _LISTING,
+        "session_count",
+        "own",
+        "session_count(scope='own', requester_user_id=...)",
+        _per_dialect(S.count_listed_sessions, S.SessionFilter(own_dm=True)),
+    ),
+    _O(_LISTING, "session_count_ge", "", "session_count_ge(n)", _only(S.some_sessions)),
+    _O(
+        _LISTING,
         "session_count_by_source",
         "",
         "session_count_by_source()",

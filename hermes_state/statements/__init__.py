@@ -92,6 +92,7 @@ from .session_listing import (
     rich_sessions_by_activity,
     rich_sessions_by_id,
     search_sessions,
+    some_sessions,
 )
 from .session_terms import LIKE_ESCAPE, list_parameter
 from .session_writes import (
@@ -264,6 +265,7 @@ __all__ = [
     "set_system_prompt",
     "set_title",
     "set_usage_route",
+    "some_sessions",
     "state_is",
     "store_system_prompt",
     "title_holder",

@@ -53,8 +53,10 @@ class SessionFilter:
     ``by_sources`` (``:sources``, a list), ``by_session_key`` (``:session_key``),
     ``excluding_sources`` (``:exclude_sources``, a list), ``by_cwd`` (``:cwd``, ``:cwd_below``,
     ``:cwd_below_windows``: the directory and LIKE patterns of what lies under it),
-    ``by_message_count`` (``:min_message_count``), ``archived`` and ``visible_only``
-    (``hidden = 0``). The same filter gives a list and its count the same rows."""
+    ``by_message_count`` (``:min_message_count``), ``archived``, ``visible_only``
+    (``hidden = 0``) and ``own_dm`` (only the Telegram direct messages of
+    ``:requester_user_id``, see :func:`own_dm`). The same filter gives a list and its count
+    the same rows."""
 
     listable_only: bool = False
     by_sources: bool = False
@@ -64,6 +66,7 @@ class SessionFilter:
     by_message_count: bool = False
     archived: Archived = "live"
     visible_only: bool = False
+    own_dm: bool = False
 
 
 def _flag(column: ColumnElement[Any], value: int) -> ColumnElement[bool]:
@@ -76,6 +79,18 @@ def _under_cwd(row: NamedFromClause) -> ColumnElement[bool]:
         row.c.cwd == bindparam("cwd"),
         row.c.cwd.like(bindparam("cwd_below"), escape=LIKE_ESCAPE),
         row.c.cwd.like(bindparam("cwd_below_windows"), escape=LIKE_ESCAPE),
+    )
+
+
+def own_dm(row: NamedFromClause) -> ColumnElement[bool]:
+    """``row`` is a Telegram direct message with ``:requester_user_id``: a DM's chat id is
+    the other participant's user id. A row without a chat id proves nothing and is left out."""
+    return and_(
+        row.c.source == _sql_string("telegram"),
+        row.c.chat_type == _sql_string("dm"),
+        row.c.chat_id.is_not(None),
+        row.c.chat_id != _text("empty"),
+        row.c.chat_id == bindparam("requester_user_id"),
     )
 
 
@@ -100,6 +115,8 @@ def filter_terms(
         terms.append(_flag(row.c.archived, 1 if chosen.archived == "only" else 0))
     if chosen.visible_only:
         terms.append(_flag(row.c.hidden, 0))
+    if chosen.own_dm:
+        terms.append(own_dm(row))
     return terms
 
 
@@ -290,6 +307,13 @@ def count_listed_sessions(dialect: str, chosen: SessionFilter) -> Select[Any]:
         .select_from(sessions)
         .where(*filter_terms(sessions, chosen, dialect))
     )
+
+
+@functools.cache
+def some_sessions() -> Select[Any]:
+    """Up to ``:limit`` rows of one constant: whether that many sessions exist, without
+    counting them all."""
+    return select(literal_column("1").label("one")).select_from(sessions).limit(bindparam("limit"))
 
 
 @functools.cache

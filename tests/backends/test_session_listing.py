@@ -21,6 +21,7 @@ from hermes_state.statements.session_terms import (
     SUMMARY_END_MARKER,
     SUMMARY_OPENINGS,
 )
+from hermes_state_session_scope import session_row_is_own_dm
 from tests.support.digest import database_digest
 from tests.support.stores import HandClock
 
@@ -418,6 +419,58 @@ def test_compact_rows_leave_the_prompt_out(db: SessionDB) -> None:
     left_out = {"system_prompt", "system_prompt_hash", "git_metadata_generation"}
     assert set(full) - set(compact) == left_out
     assert {key: full[key] for key in compact} == compact
+
+
+# -- own direct messages, counting to a threshold ----------------------------------------------
+
+
+def test_the_own_scope_lists_only_the_requesters_telegram_direct_messages(db: SessionDB) -> None:
+    db.create_session("mine", "telegram", user_id="42", chat_id=42, chat_type="dm")
+    db.create_session("theirs", "telegram", user_id="99", chat_id="99", chat_type="dm")
+    db.create_session("group", "telegram", chat_id="42", chat_type="group")
+    db.create_session("legacy", "telegram", user_id="42", chat_type="dm")  # no chat id: unproven
+    db.create_session("elsewhere", "cli", chat_id="42", chat_type="dm")
+    db.create_session("pinned-theirs", "telegram", chat_id="99", chat_type="dm")
+    set_columns(db, "pinned-theirs", pinned=1)
+    for session_id, started in (("mine", 5.0), ("theirs", 4.0), ("group", 3.0)):
+        set_columns(db, session_id, started_at=started)
+    own = db.list_sessions_rich(scope="own", requester_user_id="42", include_pinned=True)
+    assert ids(own) == ["mine"]
+    assert ids(db.list_sessions_rich(scope="own", requester_user_id=99)) == [
+        "pinned-theirs",
+        "theirs",
+    ]
+    assert len(db.list_sessions_rich(scope="admin")) == len(db.list_sessions_rich()) == 6
+    assert db.session_count(scope="own", requester_user_id=42) == 1
+    for row in db.list_sessions_rich(include_children=True):
+        assert session_row_is_own_dm(row, "42") is (row["id"] == "mine"), row["id"]
+    dm = {"source": "telegram", "chat_type": "dm", "chat_id": "42"}
+    assert session_row_is_own_dm(dm, 42)
+    assert not session_row_is_own_dm(dm, "")  # no requester: nothing is theirs
+    assert not session_row_is_own_dm({**dm, "chat_id": ""}, "")
+    for call in (
+        lambda: db.list_sessions_rich(scope="own"),
+        lambda: db.session_count(scope="own", requester_user_id=""),
+        lambda: db.list_sessions_rich(scope="everyone"),
+        lambda: db.session_count(scope="own", requester_user_id=True),
+    ):
+        with pytest.raises(ValueError, match="scope"):
+            call()
+
+
+def test_whether_enough_sessions_exist_reads_only_that_many(db: SessionDB) -> None:
+    assert db.session_count_ge() is False
+    assert db.session_count_ge(0) is True
+    db.create_session("s1", "cli")
+    db.create_session("s2", "cli")
+    set_columns(db, "s2", archived=1)  # counted too
+    assert (db.session_count_ge(1), db.session_count_ge(2), db.session_count_ge(3)) == (
+        True,
+        True,
+        False,
+    )
+    with pytest.raises(InvalidInputTypeError):
+        db.session_count_ge("2")  # type: ignore[arg-type]
 
 
 # -- search_sessions ---------------------------------------------------------------------------

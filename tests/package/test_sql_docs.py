@@ -394,6 +394,8 @@ EXAMPLES: dict[str, Example] = {
     "session_count.filtered": _now(
         lambda db: db.session_count("cli", exclude_children=True, include_archived=True)
     ),
+    "session_count.own": _now(lambda db: db.session_count(scope="own", requester_user_id=42)),
+    "session_count_ge": _now(lambda db: db.session_count_ge(2)),
     "session_count_by_source": _now(lambda db: db.session_count_by_source()),
     "search_sessions": _now(lambda db: db.search_sessions()),
     "search_sessions.filtered": _now(

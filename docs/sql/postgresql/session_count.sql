@@ -1,4 +1,4 @@
--- statements.count_listed_sessions(dialect='postgresql', chosen=SessionFilter(listable_only=False, by_sources=False, by_session_key=False, excluding_sources=False, by_cwd=False, by_message_count=False, archived='live', visible_only=False)), sent by session_count()
+-- statements.count_listed_sessions(dialect='postgresql', chosen=SessionFilter(listable_only=False, by_sources=False, by_session_key=False, excluding_sources=False, by_cwd=False, by_message_count=False, archived='live', visible_only=False, own_dm=False)), sent by session_count()
 -- PostgreSQL (psycopg): the operation's one statement.
 
 SELECT count(*) AS count

@@ -1,4 +1,4 @@
--- statements.count_listed_sessions(dialect='sqlite', chosen=SessionFilter(listable_only=True, by_sources=True, by_session_key=False, excluding_sources=False, by_cwd=False, by_message_count=False, archived='any', visible_only=False)), sent by session_count(source, exclude_children=True, include_archived=True)
+-- statements.count_listed_sessions(dialect='sqlite', chosen=SessionFilter(listable_only=True, by_sources=True, by_session_key=False, excluding_sources=False, by_cwd=False, by_message_count=False, archived='any', visible_only=False, own_dm=False)), sent by session_count(source, exclude_children=True, include_archived=True)
 -- SQLite (pysqlite): the operation's one statement.
 -- Parameters the statement carries: :empty = ''.
 

@@ -1,4 +1,4 @@
--- statements.count_sessions_by_source(dialect='sqlite', chosen=SessionFilter(listable_only=False, by_sources=False, by_session_key=False, excluding_sources=False, by_cwd=False, by_message_count=False, archived='live', visible_only=False)), sent by session_count_by_source()
+-- statements.count_sessions_by_source(dialect='sqlite', chosen=SessionFilter(listable_only=False, by_sources=False, by_session_key=False, excluding_sources=False, by_cwd=False, by_message_count=False, archived='live', visible_only=False, own_dm=False)), sent by session_count_by_source()
 -- SQLite (pysqlite): the operation's one statement.
 -- Parameters the statement carries: :empty = ''.
 
