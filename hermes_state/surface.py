@@ -174,8 +174,25 @@ class Store(Protocol):
         """
         ...
 
-    def session_count(self, source: str | None = None) -> int:
-        """How many sessions there are, or how many have this ``source``."""
+    def session_count(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> int:
+        """How many sessions :meth:`list_sessions_rich` would list under the same filters, so
+        a "load more" total agrees with the pages: archived sessions only with
+        ``include_archived`` (or only them, ``archived_only``), sub-agent runs and
+        compression continuations left out with ``exclude_children``, only the requester's
+        own Telegram DMs with ``scope="own"``; hidden sessions count.
+        """
         ...
 
     # -- session writes ---------------------------------------------------------------------
@@ -792,6 +809,84 @@ class Store(Protocol):
         the caller saw: a transcript changed since raises ``TranscriptChangedError`` and
         nothing is written. ``preserve_compaction_handoff`` is refused: this store keeps no
         compaction handoff carriers.
+        """
+        ...
+
+    # -- session listing --------------------------------------------------------------------
+
+    def list_sessions_rich(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        min_message_count: int = 0,
+        project_compression_tips: bool = True,
+        order_by_last_active: bool = False,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
+        include_pinned: bool = False,
+        session_key: str | None = None,
+        include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> list[Row]:
+        """One page of sessions for a picker, newest ``started_at`` first: each row every
+        session column plus ``last_active`` (its latest heartbeat or message, else its start),
+        ``preview`` (the start of its first user message, at most 60 characters and "...")
+        and ``unread`` (active since ``last_read_at``).
+
+        Filters: ``source`` or ``sources``, ``exclude_sources``, ``session_key``,
+        ``cwd_prefix`` (that directory and below), ``min_message_count``. Archived sessions
+        only with ``include_archived`` (``archived_only``: only them, hidden ones included);
+        hidden ones only with ``include_hidden``; sub-agent runs and compression
+        continuations only with ``include_children`` (branches and resets always show).
+        ``project_compression_tips``: a compressed conversation is shown as its live tip,
+        keeping its root's ``started_at``, with ``_lineage_root_id`` and ``_lineage_ids``.
+        ``order_by_last_active``: the most recently active conversation (its whole chain)
+        first, the one order in which ``id_query`` and ``search_query`` (ids and titles of
+        the chain, case-insensitive) apply. ``include_pinned`` adds the pinned sessions the
+        page missed; ``compact_rows`` leaves out the system prompt and its hash.
+        ``scope="own"`` lists only the Telegram direct messages of ``requester_user_id``
+        (required then; a row without a chat id is left out); "admin" or None: everyone's.
+        """
+        ...
+
+    def session_count_ge(self, n: int = 1) -> bool:
+        """Whether at least ``n`` sessions exist (archived ones too), reading at most ``n``
+        rows.
+        """
+        ...
+
+    def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]:
+        """``{source: count}`` under :meth:`session_count`'s filters, the largest first (an
+        empty source counts as 'cli').
+        """
+        ...
+
+    def search_sessions(
+        self,
+        source: str | Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
+    ) -> list[Row]:
+        """Whole session rows with ``last_active``, the most recently active first (archived
+        and hidden ones too): of one source or several, and with ``workspace_key`` of that
+        workspace (its git repository root, or for rows without one a directory at or below
+        it), as ``hermes -c`` picks the session to continue.
         """
         ...
 

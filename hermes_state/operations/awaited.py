@@ -124,9 +124,39 @@ class AsyncOperations:
         """
         return await self._run(self._plans.message_count(session_id=session_id))
 
-    async def session_count(self, source: str | None = None) -> int:
-        """How many sessions there are, or how many have this ``source``."""
-        return await self._run(self._plans.session_count(source=source))
+    async def session_count(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> int:
+        """How many sessions :meth:`list_sessions_rich` would list under the same filters, so
+        a "load more" total agrees with the pages: archived sessions only with
+        ``include_archived`` (or only them, ``archived_only``), sub-agent runs and
+        compression continuations left out with ``exclude_children``, only the requester's
+        own Telegram DMs with ``scope="own"``; hidden sessions count.
+        """
+        return await self._run(
+            self._plans.session_count(
+                source=source,
+                sources=sources,
+                cwd_prefix=cwd_prefix,
+                min_message_count=min_message_count,
+                include_archived=include_archived,
+                archived_only=archived_only,
+                exclude_children=exclude_children,
+                exclude_sources=exclude_sources,
+                scope=scope,
+                requester_user_id=requester_user_id,
+            )
+        )
 
     async def end_session(self, session_id: str, end_reason: str) -> None:
         """End the session now for ``end_reason``. An ended session keeps its first end (a
@@ -783,5 +813,114 @@ class AsyncOperations:
                 preserve_compaction_handoff=preserve_compaction_handoff,
                 expected_active_ids=expected_active_ids,
                 expected_target_content=expected_target_content,
+            )
+        )
+
+    async def list_sessions_rich(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        min_message_count: int = 0,
+        project_compression_tips: bool = True,
+        order_by_last_active: bool = False,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
+        include_pinned: bool = False,
+        session_key: str | None = None,
+        include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> list[Row]:
+        """One page of sessions for a picker, newest ``started_at`` first: each row every
+        session column plus ``last_active`` (its latest heartbeat or message, else its start),
+        ``preview`` (the start of its first user message, at most 60 characters and "...")
+        and ``unread`` (active since ``last_read_at``).
+
+        Filters: ``source`` or ``sources``, ``exclude_sources``, ``session_key``,
+        ``cwd_prefix`` (that directory and below), ``min_message_count``. Archived sessions
+        only with ``include_archived`` (``archived_only``: only them, hidden ones included);
+        hidden ones only with ``include_hidden``; sub-agent runs and compression
+        continuations only with ``include_children`` (branches and resets always show).
+        ``project_compression_tips``: a compressed conversation is shown as its live tip,
+        keeping its root's ``started_at``, with ``_lineage_root_id`` and ``_lineage_ids``.
+        ``order_by_last_active``: the most recently active conversation (its whole chain)
+        first, the one order in which ``id_query`` and ``search_query`` (ids and titles of
+        the chain, case-insensitive) apply. ``include_pinned`` adds the pinned sessions the
+        page missed; ``compact_rows`` leaves out the system prompt and its hash.
+        ``scope="own"`` lists only the Telegram direct messages of ``requester_user_id``
+        (required then; a row without a chat id is left out); "admin" or None: everyone's.
+        """
+        return await self._run(
+            self._plans.list_sessions_rich(
+                source=source,
+                sources=sources,
+                exclude_sources=exclude_sources,
+                cwd_prefix=cwd_prefix,
+                limit=limit,
+                offset=offset,
+                include_children=include_children,
+                min_message_count=min_message_count,
+                project_compression_tips=project_compression_tips,
+                order_by_last_active=order_by_last_active,
+                include_archived=include_archived,
+                archived_only=archived_only,
+                id_query=id_query,
+                search_query=search_query,
+                compact_rows=compact_rows,
+                include_pinned=include_pinned,
+                session_key=session_key,
+                include_hidden=include_hidden,
+                scope=scope,
+                requester_user_id=requester_user_id,
+            )
+        )
+
+    async def session_count_ge(self, n: int = 1) -> bool:
+        """Whether at least ``n`` sessions exist (archived ones too), reading at most ``n``
+        rows.
+        """
+        return await self._run(self._plans.session_count_ge(n=n))
+
+    async def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]:
+        """``{source: count}`` under :meth:`session_count`'s filters, the largest first (an
+        empty source counts as 'cli').
+        """
+        return await self._run(
+            self._plans.session_count_by_source(
+                include_archived=include_archived,
+                archived_only=archived_only,
+                exclude_children=exclude_children,
+            )
+        )
+
+    async def search_sessions(
+        self,
+        source: str | Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
+    ) -> list[Row]:
+        """Whole session rows with ``last_active``, the most recently active first (archived
+        and hidden ones too): of one source or several, and with ``workspace_key`` of that
+        workspace (its git repository root, or for rows without one a directory at or below
+        it), as ``hermes -c`` picks the session to continue.
+        """
+        return await self._run(
+            self._plans.search_sessions(
+                source=source, limit=limit, offset=offset, workspace_key=workspace_key
             )
         )

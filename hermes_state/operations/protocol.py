@@ -86,7 +86,19 @@ class AsyncStore(Protocol):
 
     async def message_count(self, session_id: str | None = None) -> int: ...
 
-    async def session_count(self, source: str | None = None) -> int: ...
+    async def session_count(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> int: ...
 
     async def end_session(self, session_id: str, end_reason: str) -> None: ...
 
@@ -344,3 +356,45 @@ class AsyncStore(Protocol):
         expected_active_ids: Sequence[int] | None = None,
         expected_target_content: Any = None,
     ) -> dict[str, Any]: ...
+
+    async def list_sessions_rich(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        min_message_count: int = 0,
+        project_compression_tips: bool = True,
+        order_by_last_active: bool = False,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
+        include_pinned: bool = False,
+        session_key: str | None = None,
+        include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> list[Row]: ...
+
+    async def session_count_ge(self, n: int = 1) -> bool: ...
+
+    async def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]: ...
+
+    async def search_sessions(
+        self,
+        source: str | Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
+    ) -> list[Row]: ...

@@ -32,6 +32,7 @@ from .core import MAX_BATCH, MIN_TURN_LEASE_SECONDS, ClaimLedger, Ownership, Pla
 from .messages import MessagePlans
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
 from .session_flags import SessionFlagPlans
+from .session_listing import SessionListingPlans
 from .session_writes import SessionWritePlans
 from .titles import TitlePlans
 from .transcript import Page, _append_message, _transcript, _transcripts
@@ -59,7 +60,7 @@ from .turn_leases import (
 )
 
 
-class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans, MessagePlans):
+class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans, MessagePlans, SessionListingPlans):
     """Builds the plan of every store operation, with the store's context bound.
 
     Both stores hold one and only run its plans (synchronously or awaited), so the wiring of
@@ -148,12 +149,6 @@ class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans, MessagePlans):
             return Plan(_count, statements.count_message_rows(False), {}, writes=False)
         params = {"session_id": require_identifier("session_id", session_id)}
         return Plan(_count, statements.count_message_rows(True), params, writes=False)
-
-    def session_count(self, source: object) -> Plan[int]:
-        if source is None:
-            return Plan(_count, statements.count_sessions(False), {}, writes=False)
-        params = {"source": require_identifier("source", source)}
-        return Plan(_count, statements.count_sessions(True), params, writes=False)
 
     # handoff transitions
 

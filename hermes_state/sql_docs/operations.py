@@ -475,6 +475,57 @@ def _deletion(given: str) -> Callable[[Capabilities], list[Sent]]:
     return steps
 
 
+#: The listing filters the examples of the catalog use.
+_PICKER = S.SessionFilter(listable_only=True, visible_only=True)
+_EVERY_FILTER = S.SessionFilter(
+    listable_only=True,
+    by_sources=True,
+    by_session_key=True,
+    excluding_sources=True,
+    by_cwd=True,
+    by_message_count=True,
+    visible_only=True,
+)
+_COMPRESSED = "when the page holds compressed conversations: their chains, then their tips"
+
+
+def _list_rich(caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.rich_sessions, caps.name, _PICKER, False),
+        _sent(S.compression_chains, caps.name, note=_COMPRESSED),
+        _sent(S.rich_sessions_by_id, caps.name, False, note=_COMPRESSED),
+    ]
+
+
+def _list_rich_filtered(caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.rich_sessions, caps.name, _EVERY_FILTER, False),
+        _sent(S.pinned_sessions, caps.name, _EVERY_FILTER, False, note="with include_pinned"),
+    ]
+
+
+def _list_rich_by_activity(caps: Capabilities) -> list[Sent]:
+    chosen = S.SessionFilter(visible_only=True)
+    return [
+        _sent(
+            S.rich_sessions_by_activity,
+            caps.name,
+            chosen,
+            True,
+            by_id=True,
+            by_text=True,
+            by_compact_text=True,
+        )
+    ]
+
+
+def _per_dialect(
+    builder: Callable[..., Any], *args: Any, **kw: Any
+) -> Callable[[Capabilities], list[Sent]]:
+    """An operation that sends one statement, built for the connected dialect."""
+    return lambda caps: [_sent(builder, caps.name, *args, **kw)]
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """A store operation (a method of :class:`~hermes_state.SessionDB`), called as ``call``
@@ -503,6 +554,7 @@ _READS = "Reads"
 _TITLES = "Titles"
 _FLAGS = "Session flags, ids and meta"
 _MESSAGES = "Messages"
+_LISTING = "Session listing"
 
 _O = Operation
 #: Every operation, in the order of the index; a variant is an operation called with the
@@ -809,14 +861,6 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         _only(S.list_sessions, HandoffState.PENDING, by_source=True, since=True, limited=True),
     ),
     _O(_READS, "get_session", "", "get_session(session_id)", _only(S.get_session)),
-    _O(_READS, "session_count", "", "session_count()", _only(S.count_sessions, False)),
-    _O(
-        _READS,
-        "session_count",
-        "by_source",
-        "session_count(source)",
-        _only(S.count_sessions, True),
-    ),
     _O(_READS, "message_count", "", "message_count()", _only(S.count_message_rows, False)),
     _O(
         _READS,
@@ -1063,6 +1107,69 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "expected",
         "rewind_to_message(session_id, target_message_id, expected_active_ids=ids)",
         _rewind(expected=True),
+    ),
+    _O(_LISTING, "list_sessions_rich", "", "list_sessions_rich()", _list_rich),
+    _O(
+        _LISTING,
+        "list_sessions_rich",
+        "filtered",
+        "list_sessions_rich(source, exclude_sources=..., session_key=..., cwd_prefix=..., "
+        "min_message_count=1, include_pinned=True)",
+        _list_rich_filtered,
+    ),
+    _O(
+        _LISTING,
+        "list_sessions_rich",
+        "by_activity",
+        "list_sessions_rich(order_by_last_active=True, id_query=..., search_query=..., "
+        "include_children=True, compact_rows=True)",
+        _list_rich_by_activity,
+    ),
+    _O(
+        _LISTING,
+        "session_count",
+        "",
+        "session_count()",
+        _per_dialect(S.count_listed_sessions, S.SessionFilter()),
+    ),
+    _O(
+        _LISTING,
+        "session_count",
+        "filtered",
+        "session_count(source, exclude_children=True, include_archived=True)",
+        _per_dialect(
+            S.count_listed_sessions,
+            S.SessionFilter(listable_only=True, by_sources=True, archived="any"),
+        ),
+    ),
+    _O(
+        _LISTING,
+        "session_count",
+        "own",
+        "session_count(scope='own', requester_user_id=...)",
+        _per_dialect(S.count_listed_sessions, S.SessionFilter(own_dm=True)),
+    ),
+    _O(_LISTING, "session_count_ge", "", "session_count_ge(n)", _only(S.some_sessions)),
+    _O(
+        _LISTING,
+        "session_count_by_source",
+        "",
+        "session_count_by_source()",
+        _per_dialect(S.count_sessions_by_source, S.SessionFilter()),
+    ),
+    _O(
+        _LISTING,
+        "search_sessions",
+        "",
+        "search_sessions()",
+        _per_dialect(S.search_sessions, by_sources=False, by_workspace=False),
+    ),
+    _O(
+        _LISTING,
+        "search_sessions",
+        "filtered",
+        "search_sessions(source=[...], workspace_key=...)",
+        _per_dialect(S.search_sessions, by_sources=True, by_workspace=True),
     ),
 )
 

@@ -76,7 +76,6 @@ from .reads import (
     oldest_pending_requested_at,
     recent_failed_events,
 )
-from .reads import count_sessions as count_sessions
 from .reads import list_sessions as list_sessions
 from .session_flags import (
     COMPRESSION,
@@ -99,6 +98,20 @@ from .session_flags import (
     set_lineage_flag,
     set_meta,
 )
+from .session_listing import (
+    COMPACT_EXCLUDED,
+    SessionFilter,
+    compression_chains,
+    count_listed_sessions,
+    count_sessions_by_source,
+    pinned_sessions,
+    rich_sessions,
+    rich_sessions_by_activity,
+    rich_sessions_by_id,
+    search_sessions,
+    some_sessions,
+)
+from .session_terms import LIKE_ESCAPE, list_parameter
 from .session_writes import (
     INHERITED,
     INHERITED_ROUTE,
@@ -170,6 +183,7 @@ from .turn_leases import refresh_turn_leases as refresh_turn_leases
 from .turn_leases import release_turn_leases as release_turn_leases
 
 __all__ = [
+    "COMPACT_EXCLUDED",
     "COMPRESSION",
     "DELEGATE_MARKER_PATTERN",
     "DELIVERY_HOLDER",
@@ -178,6 +192,7 @@ __all__ = [
     "INHERITED",
     "INHERITED_ROUTE",
     "KEPT_FIRST",
+    "LIKE_ESCAPE",
     "LINEAGE_FLAGS",
     "MESSAGE_FIELDS",
     "ROUTE_FIELDS",
@@ -189,6 +204,7 @@ __all__ = [
     "Fence",
     "PickedClaim",
     "ReclaimScope",
+    "SessionFilter",
     "Transition",
     "Visibility",
     "append_message",
@@ -200,15 +216,18 @@ __all__ = [
     "claim_picked",
     "claimed_attempt",
     "complete_handoff",
+    "compression_chains",
     "compression_parent",
     "count_appended_message",
     "count_appended_messages",
     "count_failures_since",
     "count_handoffs_by_state",
+    "count_listed_sessions",
     "count_message_rows",
     "count_messages",
     "count_rewind",
     "count_sessions",
+    "count_sessions_by_source",
     "count_tokens",
     "delegate_candidates",
     "delete_messages",
@@ -243,6 +262,7 @@ __all__ = [
     "lineage_parent",
     "lineage_row",
     "list_handoffs",
+    "list_parameter",
     "live_counts",
     "live_head",
     "live_message_ids",
@@ -255,6 +275,7 @@ __all__ = [
     "oldest_pending_requested_at",
     "orphan_children",
     "pin_guard",
+    "pinned_sessions",
     "prune_events",
     "recent_failed_events",
     "recent_failures",
@@ -271,7 +292,11 @@ __all__ = [
     "request_handoff",
     "reset_session_counters",
     "rewind_from",
+    "rich_sessions",
+    "rich_sessions_by_activity",
+    "rich_sessions_by_id",
     "running_by_owner",
+    "search_sessions",
     "session_and_parent",
     "session_by_title",
     "session_closed",
@@ -288,6 +313,7 @@ __all__ = [
     "set_title",
     "set_title_source",
     "set_usage_route",
+    "some_sessions",
     "state_is",
     "store_system_prompt",
     "title_holder",

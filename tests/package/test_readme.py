@@ -113,6 +113,7 @@ FRAGMENTS = (
     # -- messages
     'db.append_messages_batch(\n        "m1",',
     'db.set_auto_title("t3", "fix login"',
+    'list_sessions_rich(source="cli", limit=20)',
 )
 
 
@@ -228,6 +229,13 @@ def test_the_messages_example(tmp_path: Path, isolated_home: Path) -> None:
     assert result.returncode == 0, result.stderr  # its own asserts held
     with SessionDB(isolated_home / "state.db") as db:
         assert db.message_count("m1") == 2
+
+
+def test_the_session_listing_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('list_sessions_rich(source="cli", limit=20)'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.session_count() == 25
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

@@ -399,8 +399,6 @@ EXAMPLES: dict[str, Example] = {
         lambda db: db.list_sessions(source="cli", handoff_state="pending", since=0.0, limit=10)
     ),
     "get_session": _now(lambda db: db.get_session("idle")),
-    "session_count": _now(lambda db: db.session_count()),
-    "session_count.by_source": _now(lambda db: db.session_count("cli")),
     "message_count": _now(lambda db: db.message_count()),
     "message_count.session": _now(lambda db: db.message_count("idle")),
     "set_session_title": _now(lambda db: db.set_session_title("idle", "a title")),
@@ -419,6 +417,37 @@ EXAMPLES: dict[str, Example] = {
     "get_session_by_title": _now(lambda db: db.get_session_by_title("a title")),
     "resolve_session_by_title": _now(lambda db: db.resolve_session_by_title("a title")),
     "get_next_title_in_lineage": _now(lambda db: db.get_next_title_in_lineage("a title #2")),
+    "list_sessions_rich": _now(lambda db: db.list_sessions_rich()),
+    "list_sessions_rich.filtered": _now(
+        lambda db: db.list_sessions_rich(
+            source="cli",
+            exclude_sources=["tool"],
+            session_key="agent:main:cli",
+            cwd_prefix="/work",
+            min_message_count=1,
+            include_pinned=True,
+        )
+    ),
+    "list_sessions_rich.by_activity": _now(
+        lambda db: db.list_sessions_rich(
+            order_by_last_active=True,
+            id_query="seg",
+            search_query="a-title",
+            include_children=True,
+            compact_rows=True,
+        )
+    ),
+    "session_count": _now(lambda db: db.session_count()),
+    "session_count.filtered": _now(
+        lambda db: db.session_count("cli", exclude_children=True, include_archived=True)
+    ),
+    "session_count.own": _now(lambda db: db.session_count(scope="own", requester_user_id=42)),
+    "session_count_ge": _now(lambda db: db.session_count_ge(2)),
+    "session_count_by_source": _now(lambda db: db.session_count_by_source()),
+    "search_sessions": _now(lambda db: db.search_sessions()),
+    "search_sessions.filtered": _now(
+        lambda db: db.search_sessions(source=["cli", "tui"], workspace_key="/work")
+    ),
     "get_handoff_state": _now(lambda db: db.get_handoff_state("idle")),
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),
