@@ -1,13 +1,17 @@
 """Generate ``hermes_state/operations/`` from the one declaration of the store surface.
 
-``hermes_state.surface.Store`` declares every operation once: its name, parameters, return
-type and docstring. From it this script writes
+``hermes_state.surface.Store`` declares every operation once (upstream's session and message
+operations in its base ``hermes_state.surface_sessions.SessionSurface``): its name,
+parameters, return type and docstring. From each of the two classes this script writes
 
 - ``AsyncStore``, the asyncio Protocol: the same operations as coroutine functions;
 - ``SyncOperations`` and ``AsyncOperations``: one method per operation whose plan has the same
   name in ``hermes_state.plans.PlanBook``, running that plan (``self._run(...)``, awaited in
   the asyncio one). ``SessionDB`` inherits the first; ``NativeAsyncSessionDB`` and
   ``AbsentStore`` the second, each with its own ``_run``.
+
+``SessionSurface``'s go to the ``*_sessions`` modules (``AsyncSessionStore``,
+``SyncSessionOperations``, ``AsyncSessionOperations``), which the first three inherit.
 
 An operation without a plan of its name must be listed in ``surface.HAND_WRITTEN`` (each store
 writes it). ``python tools/generate_operations.py`` rewrites the file; ``--check`` exits 1 when
@@ -25,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SURFACE = ROOT / "hermes_state" / "surface.py"
+SESSION_SURFACE = ROOT / "hermes_state" / "surface_sessions.py"
 PACKAGE = ROOT / "hermes_state" / "operations"
 
 _GENERATED = (
@@ -61,6 +66,21 @@ MODULES = {
         "AsyncOperations",
     ),
     "protocol.py": ("``AsyncStore``: the asyncio store's Protocol, generated", "AsyncStore"),
+    "sync_sessions.py": (
+        "``SyncSessionOperations``: upstream's session and message operations of a synchronous\n"
+        "store, generated",
+        "SyncSessionOperations",
+    ),
+    "awaited_sessions.py": (
+        "``AsyncSessionOperations``: upstream's session and message operations of an asyncio\n"
+        "store, generated",
+        "AsyncSessionOperations",
+    ),
+    "protocol_sessions.py": (
+        "``AsyncSessionStore``: upstream's session and message operations of the asyncio\n"
+        "store's Protocol, generated",
+        "AsyncSessionStore",
+    ),
 }
 
 INIT = '''"""The store's operations, generated from the one declaration of the surface
@@ -80,17 +100,29 @@ __all__ = ["AsyncOperations", "AsyncStore", "SyncOperations"]
 '''
 
 
+#: The module of each session-operations class the main classes inherit.
+_BASES = {
+    "SyncSessionOperations": "sync_sessions",
+    "AsyncSessionOperations": "awaited_sessions",
+    "AsyncSessionStore": "protocol_sessions",
+}
+
+
 def _module(file_name: str, body: str) -> str:
     first_line, name = MODULES[file_name]
     header = f'"""{first_line}\nfrom the one declaration of the surface\n{_GENERATED}\n"""\n\n'
-    return f'{header}{_IMPORTS}\n__all__ = ["{name}"]\n\n\n{body}'
+    bases = "".join(
+        f"from .{module} import {base}\n" for base, module in _BASES.items() if f"({base}" in body
+    )
+    imports = _IMPORTS.replace("\nif TYPE_CHECKING:", f"\n{bases}\nif TYPE_CHECKING:", 1)
+    return f'{header}{imports}\n__all__ = ["{name}"]\n\n\n{body}'
 
 
-def _store_class() -> ast.ClassDef:
-    for node in ast.parse(SURFACE.read_text()).body:
-        if isinstance(node, ast.ClassDef) and node.name == "Store":
+def _declaration(path: Path, name: str) -> ast.ClassDef:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
             return node
-    raise SystemExit(f"{SURFACE}: no class Store")
+    raise SystemExit(f"{path}: no class {name}")
 
 
 def _docstring(function: ast.FunctionDef, indent: str) -> str:
@@ -162,16 +194,17 @@ def _hand_written() -> frozenset[str]:
     raise SystemExit(f"{SURFACE}: no HAND_WRITTEN = frozenset({{...}})")
 
 
-def render() -> dict[Path, str]:
-    store = _store_class()
-    plans = _plan_parameters()
-    hand_written = _hand_written()
-    members = [node for node in store.body if isinstance(node, ast.FunctionDef)]
+def _operations(
+    declaration: ast.ClassDef,
+    plans: dict[str, tuple[set[str], bool, bool]],
+    hand_written: frozenset[str],
+    problems: list[str],
+) -> tuple[list[str], list[str], list[str]]:
+    """The generated sync methods, asyncio methods and Protocol members of one declaration."""
     sync_ops: list[str] = []
     async_ops: list[str] = []
     protocol: list[str] = []
-    problems: list[str] = []
-    for function in members:
+    for function in (node for node in declaration.body if isinstance(node, ast.FunctionDef)):
         name = function.name
         if _is_property(function):
             protocol.append(f"    @property\n{_signature(function)}        ...\n")
@@ -202,31 +235,70 @@ def render() -> dict[Path, str]:
         async_ops.append(
             f"{_signature(function, prefix='async ')}{doc}        return await self._run({call})\n"
         )
+    return sync_ops, async_ops, protocol
+
+
+def _runner_class(name: str, base: str, doc: str, awaited: bool, methods: list[str]) -> str:
+    run = "    async def _run" if awaited else "    def _run"
+    return (
+        f"class {name}{base}:\n"
+        f'    """{doc}"""\n\n'
+        "    _plans: PlanBook\n\n"
+        f"{run}(self, plan: Plan[T]) -> T:\n"
+        "        raise NotImplementedError\n\n" + "\n".join(methods)
+    )
+
+
+def render() -> dict[Path, str]:
+    plans = _plan_parameters()
+    hand_written = _hand_written()
+    problems: list[str] = []
+    sync_ops, async_ops, protocol = _operations(
+        _declaration(SURFACE, "Store"), plans, hand_written, problems
+    )
+    session_sync, session_async, session_protocol = _operations(
+        _declaration(SESSION_SURFACE, "SessionSurface"), plans, hand_written, problems
+    )
     if problems:
         raise SystemExit("cannot generate the operations:\n  " + "\n  ".join(problems))
-    sync_class = (
-        "class SyncOperations:\n"
-        '    """The operations of a synchronous store: each runs its plan through '
-        '``_run``."""\n\n'
-        "    _plans: PlanBook\n\n"
-        "    def _run(self, plan: Plan[T]) -> T:\n"
-        "        raise NotImplementedError\n\n" + "\n".join(sync_ops)
-    )
-    async_class = (
-        "class AsyncOperations:\n"
-        '    """The operations of an asyncio store: each awaits its plan through '
-        '``_run``."""\n\n'
-        "    _plans: PlanBook\n\n"
-        "    async def _run(self, plan: Plan[T]) -> T:\n"
-        "        raise NotImplementedError\n\n" + "\n".join(async_ops)
-    )
-    protocol_class = (
-        "class AsyncStore(Protocol):\n"
+    bodies = {
+        "sync.py": _runner_class(
+            "SyncOperations",
+            "(SyncSessionOperations)",
+            "The operations of a synchronous store: each runs its plan through ``_run``.",
+            False,
+            sync_ops,
+        ),
+        "awaited.py": _runner_class(
+            "AsyncOperations",
+            "(AsyncSessionOperations)",
+            "The operations of an asyncio store: each awaits its plan through ``_run``.",
+            True,
+            async_ops,
+        ),
+        "protocol.py": "class AsyncStore(AsyncSessionStore, Protocol):\n"
         '    """The asyncio store: :class:`~hermes_state.surface.Store`\'s operations as '
         "coroutine\n    functions (``NativeAsyncSessionDB``, ``AsyncSessionDB``, "
-        '``AbsentStore``); each\n    one\'s docstring is in ``Store``."""\n\n' + "\n".join(protocol)
-    )
-    bodies = {"sync.py": sync_class, "awaited.py": async_class, "protocol.py": protocol_class}
+        '``AbsentStore``); each\n    one\'s docstring is in ``Store``."""\n\n'
+        + "\n".join(protocol),
+        "sync_sessions.py": _runner_class(
+            "SyncSessionOperations",
+            "",
+            "Upstream's session and message operations of a synchronous store.",
+            False,
+            session_sync,
+        ),
+        "awaited_sessions.py": _runner_class(
+            "AsyncSessionOperations",
+            "",
+            "Upstream's session and message operations of an asyncio store.",
+            True,
+            session_async,
+        ),
+        "protocol_sessions.py": "class AsyncSessionStore(Protocol):\n"
+        '    """Upstream\'s session and message operations of the asyncio store, each one\'s\n'
+        '    docstring in ``SessionSurface``."""\n\n' + "\n".join(session_protocol),
+    }
     texts = {"__init__.py": INIT} | {name: _module(name, body) for name, body in bodies.items()}
     return {PACKAGE / name: _formatted(text, PACKAGE / name) for name, text in texts.items()}
 

@@ -36,15 +36,21 @@ ASYNC_ONLY = {"__aenter__", "__aexit__"}
 
 
 def declared(protocol: type) -> dict[str, Any]:
-    """The members written in the Protocol's body: methods and properties (not what
-    ``typing.Protocol`` adds to every protocol class)."""
-    prefix = f"{protocol.__qualname__}."
-    return {
-        name: member
-        for name, member in vars(protocol).items()
-        if isinstance(member, property)
-        or (inspect.isfunction(member) and member.__qualname__.startswith(prefix))
-    }
+    """The members written in the bodies of the Protocol and of the surface's Protocols it
+    inherits: methods and properties (not what ``typing.Protocol`` adds to every protocol
+    class)."""
+    found: dict[str, Any] = {}
+    for klass in reversed(protocol.__mro__):
+        if not klass.__module__.startswith("hermes_state."):
+            continue
+        prefix = f"{klass.__qualname__}."
+        found |= {
+            name: member
+            for name, member in vars(klass).items()
+            if isinstance(member, property)
+            or (inspect.isfunction(member) and member.__qualname__.startswith(prefix))
+        }
+    return found
 
 
 def methods(protocol: type) -> dict[str, Callable[..., Any]]:
