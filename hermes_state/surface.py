@@ -429,7 +429,7 @@ class Store(SessionSurface, Protocol):
         """The session's whole row (every column), or None for an unknown id."""
         ...
 
-    # -- more reads ---------------------------------------------------------------------
+    # -- the audit trail, state and stats -------------------------------------------------
 
     def handoff_events_after(self, after: int = 0, *, limit: int = 100) -> list[Row]:
         """Audit events with an id above ``after``, oldest first: what changed since then, by
