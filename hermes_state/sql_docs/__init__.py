@@ -6,8 +6,9 @@ from .cli import DIRECTORY, main
 from .flavours import DIALECTS, FLAVOURS, Flavour
 from .formatting import WIDTH as WIDTH
 from .formatting import Compiled, compiled, layout, sql_text
-from .operations import NOT_SENT, OPERATIONS, Operation, Sent
+from .operations import NOT_SENT, OPERATIONS
 from .rendering import Catalog, Document, catalog, render
+from .sent import Operation, Sent
 
 __all__ = [
     "DIALECTS",

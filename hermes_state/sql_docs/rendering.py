@@ -7,7 +7,8 @@ from pathlib import Path
 
 from .flavours import DIALECTS, FLAVOURS, Flavour
 from .formatting import compiled, sql_text
-from .operations import NOT_SENT, OPERATIONS, Operation, Sent
+from .operations import NOT_SENT, OPERATIONS
+from .sent import Operation, Sent
 
 
 @dataclass(slots=True, eq=False)
