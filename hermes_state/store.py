@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -22,7 +22,6 @@ from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory
 from .errors import (
     DatabaseBusyError,
     DatabaseError,
-    HermesStateError,
     InvalidInputError,
     ReadOnlyDatabaseError,
     missing_database,
@@ -34,6 +33,9 @@ from .schema import ensure_current, ensure_readable
 from .validation import require_identifier, require_seconds
 
 logger = logging.getLogger("hermes_state")
+
+#: How long ``close()`` waits for the calls other threads are making on the store.
+CLOSE_WAIT = 30.0
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -158,6 +160,10 @@ class SessionDB(StoreSettings, SyncOperations):
         self._runner: Runner = self._new_runner(engine)
         self._closed = False
         self._reopening = threading.Lock()
+        #: The threads in a call, per runner: close() closes a runner once no other thread is
+        #: inside it (a connection closed under a thread's statement can crash the process).
+        self._calls = threading.Condition()
+        self._in_flight: dict[int, list[int]] = {}
         #: Entered for the whole of every call, as upstream's store enters its own lock. The
         #: store needs none (its runner keeps each thread on its own connection and serializes
         #: what SQLite must), so by default it is a no-op: calls on other threads run side by
@@ -185,12 +191,34 @@ class SessionDB(StoreSettings, SyncOperations):
         return runner_type(engine, self._patience, self.where)
 
     def close(self) -> None:
-        """Close every connection the store holds (again: nothing to do). A later call opens
+        """Close every connection the store holds (again: nothing to do), once the calls other
+        threads are making finish (for at most :data:`CLOSE_WAIT` seconds). A later call opens
         the database again, with a warning, as upstream's store does for a worker still
         flushing when its session was torn down; a read-only store refuses instead."""
         with self._reopening:
-            self._closed = True
-            self._runner.close()
+            runner, self._closed = self._runner, True
+        me = threading.get_ident()
+        with self._calls:
+            self._calls.wait_for(
+                lambda: all(t == me for t in self._in_flight.get(id(runner), [])), CLOSE_WAIT
+            )
+            runner.close()
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[Runner]:
+        """The runner for one call, counted as busy until the call returns."""
+        with self._calls:
+            runner = self._live_runner()
+            self._in_flight.setdefault(id(runner), []).append(threading.get_ident())
+        try:
+            yield runner
+        finally:
+            with self._calls:
+                threads = self._in_flight[id(runner)]
+                threads.remove(threading.get_ident())
+                if not threads:
+                    del self._in_flight[id(runner)]
+                self._calls.notify_all()
 
     def _live_runner(self) -> Runner:
         if not self._closed:
@@ -229,16 +257,8 @@ class SessionDB(StoreSettings, SyncOperations):
     def _run(self, plan: Plan[T]) -> T:
         if plan.writes and self.read_only:
             raise self._refuse_write()
-        with self._lock:
-            runner = self._live_runner()
-            try:
-                return runner.run(plan)
-            except HermesStateError:
-                if not self._closed and runner is self._runner:
-                    raise
-            # Closed under this call: its transaction did not commit (a commit that had
-            # happened would have returned), so it runs again, whole, on the reopened store.
-            return self._live_runner().run(plan)
+        with self._lock, self._call() as runner:
+            return runner.run(plan)
 
     def _refuse_write(self) -> ReadOnlyDatabaseError:
         return ReadOnlyDatabaseError(f"this store of {self.where} was opened read-only")
@@ -249,8 +269,8 @@ class SessionDB(StoreSettings, SyncOperations):
         SQL in the driver's paramstyle (``?`` on SQLite)."""
         if self.read_only:
             raise self._refuse_write()
-        with self._lock:
-            return self._live_runner().run_callable(fn)
+        with self._lock, self._call() as runner:
+            return runner.run_callable(fn)
 
     # -- written here rather than generated (surface.HAND_WRITTEN) ----------------------------
 
@@ -324,7 +344,8 @@ class SessionDB(StoreSettings, SyncOperations):
 
     def handoff_change_token(self) -> int | None:
         # Declared in surface.Store: the runner's PRAGMA data_version (SQLite), None on servers.
-        return self._live_runner().change_token()
+        with self._call() as runner:
+            return runner.change_token()
 
 
 if TYPE_CHECKING:

@@ -80,8 +80,8 @@ class SyncOperations:
         return self._run(self._plans.count_messages(session_id=session_id))
 
     def message_count(self, session_id: str | None = None) -> int:
-        """Upstream's count: ``count_messages(session_id)``, or the live messages of every
-        session together when no id is given.
+        """Upstream's count: every message row of the session (rewound and compacted ones
+        too, unlike ``count_messages``), or of every session when no id is given.
         """
         return self._run(self._plans.message_count(session_id=session_id))
 

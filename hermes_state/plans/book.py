@@ -104,8 +104,9 @@ class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans):
 
     def message_count(self, session_id: object) -> Plan[int]:
         if session_id is None:
-            return Plan(_count, statements.count_all_messages(), {}, writes=False)
-        return self.count_messages(session_id)
+            return Plan(_count, statements.count_message_rows(False), {}, writes=False)
+        params = {"session_id": require_identifier("session_id", session_id)}
+        return Plan(_count, statements.count_message_rows(True), params, writes=False)
 
     def session_count(self, source: object) -> Plan[int]:
         if source is None:

@@ -734,13 +734,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "session_count(source)",
         _only(S.count_sessions, True),
     ),
-    _O(_READS, "message_count", "", "message_count()", _only(S.count_all_messages)),
+    _O(_READS, "message_count", "", "message_count()", _only(S.count_message_rows, False)),
     _O(
         _READS,
         "message_count",
         "session",
         "message_count(session_id)",
-        _only(S.count_messages),
+        _only(S.count_message_rows, True),
     ),
     _O(
         _READS, "get_handoff_state", "", "get_handoff_state(session_id)", _only(S.get_handoff_state)

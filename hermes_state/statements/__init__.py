@@ -109,8 +109,8 @@ from .titles import get_title, lineage, session_by_title, set_title, title_holde
 from .transcript import (
     append_message,
     append_message_counted,
-    count_all_messages,
     count_appended_message,
+    count_message_rows,
     count_messages,
     get_messages,
 )
@@ -171,10 +171,10 @@ __all__ = [
     "claim_picked",
     "claimed_attempt",
     "complete_handoff",
-    "count_all_messages",
     "count_appended_message",
     "count_failures_since",
     "count_handoffs_by_state",
+    "count_message_rows",
     "count_messages",
     "count_sessions",
     "count_tokens",

@@ -108,10 +108,8 @@ def get_transcripts(array: bool) -> Select[Any]:
 
 
 @functools.cache
-def count_all_messages() -> Select[Any]:
-    """How many live messages (rewound turns left out) all sessions hold together."""
-    return (
-        select(func.count().label("count"))
-        .select_from(messages)
-        .where(messages.c.active == literal_column("1"))
-    )
+def count_message_rows(by_session: bool) -> Select[Any]:
+    """Upstream's ``message_count``: every message row (rewound and compacted ones too), of
+    ``:session_id`` when ``by_session``, else of every session."""
+    stmt = select(func.count().label("count")).select_from(messages)
+    return stmt.where(messages.c.session_id == bindparam("session_id")) if by_session else stmt

@@ -125,5 +125,11 @@ def test_upstreams_counts_of_sessions_and_messages(any_store: SessionDB) -> None
     assert (any_store.message_count("c1"), any_store.message_count("t1")) == (1, 2)
     assert any_store.message_count("c2") == any_store.message_count("ghost") == 0
     assert any_store.message_count("t1") == any_store.count_messages("t1")
+    # Upstream counts rewound rows too; count_messages counts the live transcript.
+    any_store._execute_write(
+        lambda conn: conn.execute("UPDATE messages SET active = 0 WHERE session_id = 't1'")
+    )
+    assert (any_store.message_count("t1"), any_store.count_messages("t1")) == (2, 0)
+    assert any_store.message_count() == 3
     with pytest.raises(TypeError):
         any_store.session_count(7)  # type: ignore[arg-type]

@@ -1,6 +1,6 @@
--- statements.count_messages(), sent by message_count(session_id)
+-- statements.count_message_rows(by_session=True), sent by message_count(session_id)
 -- PostgreSQL (psycopg): the operation's one statement.
 
 SELECT count(*) AS count
 FROM messages
-WHERE messages.session_id = :session_id::VARCHAR AND messages.active = 1;
+WHERE messages.session_id = :session_id::VARCHAR;
