@@ -572,13 +572,19 @@ def _run_writes(folder: Path, template: Path, size: int, settings: Settings) -> 
 # -- the reads, both sizes in the same rounds --------------------------------------------------
 
 
+def _no_argument(_store: SessionDB, _session_id: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Read:
-    """A read of one target: ``call(store, target id)`` and whether its answer is right."""
+    """A read of one target: ``call(store, target id, argument)`` and whether its answer is
+    right; ``prepare(store, target id)`` gives the argument, before timing."""
 
     case: str
-    call: Callable[[SessionDB, str], object]
+    call: Callable[[SessionDB, str, Any], object]
     right: Callable[[str, object], bool]
+    prepare: Callable[[SessionDB, str], Any] = _no_argument
 
 
 def _transcript_right(_session_id: str, result: object) -> bool:
@@ -593,49 +599,71 @@ def _id_right(session_id: str, result: object) -> bool:
     return result == session_id
 
 
+#: ``get_messages_around``'s window: this many messages each side of the anchor.
+WINDOW: Final = 5
+
+
+def _middle_message(store: SessionDB, session_id: str) -> int:
+    """The id of the middle message of a read target's transcript (the window's anchor)."""
+    return int(store.get_messages(session_id)[TRANSCRIPT // 2]["id"])
+
+
+def _window_right(_session_id: str, result: object) -> bool:
+    return (
+        isinstance(result, dict)
+        and len(result.get("window", ())) == 2 * WINDOW + 1
+        and result.get("messages_before") == WINDOW
+    )
+
+
 def _reads(store: SessionDB) -> list[Read]:
     """The reads to time: those every store has, and the newer ones where this store has them."""
     reads = [
-        Read(f"get_messages ({TRANSCRIPT} messages)", SessionDB.get_messages, _transcript_right),
-        Read("get_session", SessionDB.get_session, _row_right),
-        Read("resolve_session_id (exact id)", SessionDB.resolve_session_id, _id_right),
+        Read(
+            f"get_messages ({TRANSCRIPT} messages)",
+            lambda s, sid, _arg: s.get_messages(sid),
+            _transcript_right,
+        ),
+        Read("get_session", lambda s, sid, _arg: s.get_session(sid), _row_right),
+        Read(
+            "resolve_session_id (exact id)",
+            lambda s, sid, _arg: s.resolve_session_id(sid),
+            _id_right,
+        ),
         Read(
             "resolve_session_id (unique prefix)",
-            lambda s, sid: s.resolve_session_id(_prefix(sid)),
+            lambda s, _sid, prefix: s.resolve_session_id(prefix),
             _id_right,
+            lambda _s, sid: _prefix(sid),
         ),
     ]
     if hasattr(store, "list_sessions_rich"):
         reads.append(
             Read(
                 "list_sessions_rich(limit=20)",
-                lambda s, _sid: s.list_sessions_rich(limit=20),  # type: ignore[attr-defined]
+                lambda s, _sid, _arg: s.list_sessions_rich(limit=20),  # type: ignore[attr-defined]
                 lambda _sid, result: isinstance(result, list) and len(result) == 20,
             )
         )
     if hasattr(store, "get_messages_around"):
         reads.append(
             Read(
-                "get_messages_around",
-                _messages_around,
-                lambda _sid, result: bool(result),
+                f"get_messages_around (window {WINDOW})",
+                lambda s, sid, anchor: s.get_messages_around(sid, anchor, WINDOW),  # type: ignore[attr-defined]
+                _window_right,
+                _middle_message,
             )
         )
     return reads
 
 
-def _messages_around(store: SessionDB, session_id: str) -> object:
-    """The messages around the middle one of the target's transcript."""
-    middle = store.get_messages(session_id)[TRANSCRIPT // 2]["id"]
-    return store.get_messages_around(session_id, middle)  # type: ignore[attr-defined]
-
-
 def _read_batch(store: SessionDB, read: Read, ids: list[str]) -> Batch:
     call, right, case = read.call, read.right, read.case
+    targets = [(session_id, read.prepare(store, session_id)) for session_id in ids]
 
     def batch() -> None:
-        for session_id in ids:
-            result = call(store, session_id)
+        for session_id, argument in targets:
+            result = call(store, session_id, argument)
             if not right(session_id, result):
                 raise _unexpected(store.where, case, session_id, result)
 
