@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    CompressionSessionClosedError,
     DatabaseBusyError,
     DatabaseCorruptError,
     DatabaseError,
@@ -25,6 +26,7 @@ from .errors import (
     SchemaTooNewError,
     SessionInUseError,
     SessionTurnLeaseLostError,
+    TranscriptChangedError,
     UnknownSessionError,
 )
 
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncSessionDB",
+    "CompressionSessionClosedError",
     "DatabaseBusyError",
     "DatabaseCorruptError",
     "DatabaseError",
@@ -55,6 +58,7 @@ __all__ = [
     "SessionDB",
     "SessionInUseError",
     "SessionTurnLeaseLostError",
+    "TranscriptChangedError",
     "UnknownSessionError",
     "default_db_path",
     "resolve_url",

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 __all__ = [
+    "CompressionSessionClosedError",
     "ConcurrentChangeError",
     "CopyConflictError",
     "CopyRefusedError",
@@ -32,6 +33,7 @@ __all__ = [
     "SchemaTooNewError",
     "SessionInUseError",
     "SideTaskFailed",
+    "TranscriptChangedError",
     "UnknownSessionError",
     "corrupt_error",
     "is_retryable",
@@ -128,6 +130,25 @@ class SessionTurnLeaseLostError(HermesStateError, RuntimeError):
 class SessionInUseError(HermesStateError):
     """The session is in use (a handoff in flight, or a live turn on its conversation), so it
     was left as it was; try again once that is over."""
+
+
+class CompressionSessionClosedError(HermesStateError, RuntimeError):
+    """The session was ended by compression: its conversation goes on in the continuation
+    session, which new messages must go to (upstream's error, ``session_id`` naming the
+    closed one); nothing was written."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} is closed by compression; adopt its live continuation "
+            "before appending messages"
+        )
+        self.session_id = session_id
+
+
+class TranscriptChangedError(HermesStateError, RuntimeError):
+    """A transcript write pinned to what the caller saw found the transcript changed since
+    (``rewind_to_message(expected_active_ids=..., expected_target_content=...)``); nothing
+    was written."""
 
 
 class CopyConflictError(HermesStateError):

@@ -61,6 +61,20 @@ class StoreSettings:
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
     #: ``sanitize_title(title)``: the title as it would be stored (see :mod:`hermes_state.titles`).
     sanitize_title = staticmethod(titles.sanitize_title)
+    #: Upstream's pacing of its chunked full-text rebuild (seconds between chunks, and that
+    #: pause per second a chunk took), which its callers and tests tune. Kept under upstream's
+    #: names so that code runs; hermes-state has no chunked rebuild for them to pace (its
+    #: full-text index is kept by triggers, filled once when a file is adopted).
+    _FTS_REBUILD_MIN_PAUSE: float = 0.05
+    _FTS_REBUILD_DUTY_FACTOR: float = 4.0
+    #: Bot Mode's canonical chat title: a hidden session so titled keeps it.
+    CANONICAL_BOT_CHAT_TITLE = titles.CANONICAL_BOT_CHAT_TITLE
+    #: The provenances a title may have (``title_source``), upstream's names.
+    TITLE_SOURCE_DERIVED = titles.TITLE_SOURCE_DERIVED
+    TITLE_SOURCE_LLM = titles.TITLE_SOURCE_LLM
+    TITLE_SOURCE_USER = titles.TITLE_SOURCE_USER
+    TITLE_SOURCE_BRANCH = titles.TITLE_SOURCE_BRANCH
+    TITLE_SOURCE_BRANCH_FALLBACK = titles.TITLE_SOURCE_BRANCH_FALLBACK
 
     def __init__(
         self,
@@ -286,6 +300,13 @@ class SessionDB(StoreSettings, SyncOperations):
             raise self._refuse_write()
         with self._lock, self._call() as runner:
             return runner.run_callable(fn)
+
+    def _set_session_title(self, session_id: str, title: str | None, *, source: str) -> bool:
+        """Upstream's one title write, whose tests call it: ``set_session_title`` for the
+        'user' source, ``set_auto_title`` for any other."""
+        if source == titles.TITLE_SOURCE_USER:
+            return self.set_session_title(session_id, title)
+        return self.set_auto_title(session_id, title, source=source)
 
     # -- written here rather than generated (surface.HAND_WRITTEN) ----------------------------
 

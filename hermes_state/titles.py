@@ -1,8 +1,11 @@
-"""Session titles as upstream keeps them: cleaning a title, and the " #N" lineage numbering."""
+"""Session titles as upstream keeps them: cleaning a title, who set it (provenance and its
+ranks), Bot Mode's canonical "Bot Chat", and the " #N" lineage numbering."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
 from .errors import InvalidInputError
@@ -10,15 +13,54 @@ from .statements.titles import LIKE_ESCAPE
 from .validation import require_str
 
 __all__ = [
+    "AUTO_TITLE_SOURCES",
+    "CANONICAL_BOT_CHAT_TITLE",
     "MAX_TITLE_LENGTH",
+    "TITLE_SOURCE_BRANCH",
+    "TITLE_SOURCE_BRANCH_FALLBACK",
+    "TITLE_SOURCE_DERIVED",
+    "TITLE_SOURCE_LLM",
+    "TITLE_SOURCE_RANK",
+    "TITLE_SOURCE_USER",
     "lineage_base",
     "lineage_pattern",
     "next_in_lineage",
+    "require_auto_title_source",
+    "require_title_source",
     "sanitize_title",
+    "title_rank",
 ]
 
 #: Upstream's limit on a cleaned title, in characters.
 MAX_TITLE_LENGTH: Final = 100
+
+#: Provenance (``title_source``) of a title made up from the session's own text.
+TITLE_SOURCE_DERIVED: Final = "derived"
+#: Provenance of a title a language model wrote.
+TITLE_SOURCE_LLM: Final = "llm"
+#: Provenance of a title the user chose (what ``set_session_title`` records).
+TITLE_SOURCE_USER: Final = "user"
+#: Provenance of the title a branch gets when it is made, and of the one it gets when that
+#: first choice is not available. Both rank as low as ``derived``.
+TITLE_SOURCE_BRANCH: Final = "branch"
+TITLE_SOURCE_BRANCH_FALLBACK: Final = "branch_fallback"
+
+#: The authority of each provenance ``set_session_title_source`` accepts: an automatic title
+#: replaces only a title of strictly lower rank. Any other stored value ranks 0.
+TITLE_SOURCE_RANK: Final[Mapping[str, int]] = MappingProxyType(
+    {TITLE_SOURCE_DERIVED: 0, TITLE_SOURCE_LLM: 1, TITLE_SOURCE_USER: 2}
+)
+#: The provenances ``set_auto_title`` writes.
+AUTO_TITLE_SOURCES: Final = (
+    TITLE_SOURCE_BRANCH,
+    TITLE_SOURCE_BRANCH_FALLBACK,
+    TITLE_SOURCE_DERIVED,
+    TITLE_SOURCE_LLM,
+)
+
+#: The title of Bot Mode's canonical chat. A hidden session so titled is a bot's one chat,
+#: found by this exact title (there is no other pointer to it), so it keeps the title.
+CANONICAL_BOT_CHAT_TITLE: Final = "Bot Chat"
 
 # C0 controls and DEL, but tab, newline and carriage return: those become spaces below.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -78,3 +120,29 @@ def next_in_lineage(base: str, titles: list[str]) -> str:
         if numbered and numbered.group(1) == base:
             numbers.append(int(numbered.group(2)))
     return f"{base} #{max(numbers) + 1}"
+
+
+def title_rank(source: str | None) -> int:
+    """The authority of a stored ``title_source``. NULL is a title from before provenance was
+    recorded, which only the user could have set then: it ranks as the user's."""
+    if source is None:
+        return TITLE_SOURCE_RANK[TITLE_SOURCE_USER]
+    return TITLE_SOURCE_RANK.get(source, 0)
+
+
+def require_auto_title_source(source: object) -> str:
+    """``source`` when ``set_auto_title`` may write it (:data:`AUTO_TITLE_SOURCES`); anything
+    else is ``InvalidInputError`` (a ``ValueError``), as upstream refuses it."""
+    if isinstance(source, str) and source in AUTO_TITLE_SOURCES:
+        return source
+    names = ", ".join(AUTO_TITLE_SOURCES)
+    raise InvalidInputError(f"invalid automatic title source: {source!r}; expected one of {names}")
+
+
+def require_title_source(source: object) -> str:
+    """``source`` when it is a ranked provenance (:data:`TITLE_SOURCE_RANK`); anything else is
+    ``InvalidInputError`` (a ``ValueError``), as upstream refuses it."""
+    if isinstance(source, str) and source in TITLE_SOURCE_RANK:
+        return source
+    names = ", ".join(TITLE_SOURCE_RANK)
+    raise InvalidInputError(f"invalid title source: {source!r}; expected one of {names}")

@@ -4,32 +4,41 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .content import encoded_content
 from .errors import InvalidInputError, InvalidInputTypeError
 from .models import ERROR_LIMIT, ID_LENGTH, HandoffState
 from .statements import ReclaimScope
 
 __all__ = [
     "clean_error",
+    "require_content",
     "require_count",
     "require_fields",
+    "require_flag",
     "require_identifier",
     "require_identifiers",
+    "require_message",
     "require_message_fields",
     "require_only_states",
+    "require_row_id",
     "require_scope",
     "require_seconds",
+    "require_size",
     "require_state",
     "require_text",
+    "scrub_surrogates",
 ]
 
 NAME_LENGTH: Final = 64
 ROLE_LENGTH: Final = 32
 _FAILABLE: Final = frozenset({HandoffState.PENDING, HandoffState.RUNNING})
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _type_name(value: object) -> str:
@@ -97,6 +106,33 @@ def require_text(name: str, value: object, *, nullable: bool = True) -> str | No
     return value
 
 
+def scrub_surrogates(value: str) -> str:
+    """``value`` with each lone surrogate replaced by U+FFFD, as upstream stores such text
+    (web pages and tool output carry them; UTF-8 cannot)."""
+    return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+
+
+def _scrubbed_text(name: str, value: object) -> str | None:
+    """:func:`require_text`, lone surrogates replaced first rather than refused."""
+    return require_text(name, scrub_surrogates(value) if isinstance(value, str) else value)
+
+
+def require_content(value: object) -> str | None:
+    """Message content as upstream stores it: text (lone surrogates as U+FFFD), or multimodal
+    content (a list of parts, or a dict) as its ``"\\x00json:"`` JSON text; None stays None."""
+    if isinstance(value, list | dict):
+        try:
+            # json.dumps escapes every non-ASCII character: no surrogate or NUL survives.
+            return encoded_content(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputTypeError(f"content must be JSON-serialisable: {exc}") from None
+    if value is not None and not isinstance(value, str):
+        raise InvalidInputTypeError(
+            f"content must be a str, a list or dict of parts, or None, not {_type_name(value)}"
+        )
+    return _scrubbed_text("content", value)
+
+
 def require_count(name: str, value: object, *, maximum: int | None = None) -> int:
     """A whole number >= 1 (and <= ``maximum`` when given)."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -105,6 +141,31 @@ def require_count(name: str, value: object, *, maximum: int | None = None) -> in
         raise InvalidInputError(f"{name} must be at least 1, not {value}")
     if maximum is not None and value > maximum:
         raise InvalidInputError(f"{name} must be at most {maximum}, not {value}")
+    return value
+
+
+def require_size(name: str, value: object) -> int:
+    """A whole number >= 0: how many rows to return or to skip."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
+    if value < 0:
+        raise InvalidInputError(f"{name} must not be negative, not {value}")
+    return value
+
+
+def require_row_id(name: str, value: object) -> int:
+    """A message id (any int: one that names no row simply matches nothing)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputTypeError(
+            f"{name} must be a message id (an int), not {_type_name(value)}"
+        )
+    return value
+
+
+def require_flag(name: str, value: object) -> bool:
+    """A switch: True or False (anything else is almost always a misplaced argument)."""
+    if not isinstance(value, bool):
+        raise InvalidInputTypeError(f"{name} must be True or False, not {_type_name(value)}")
     return value
 
 
@@ -211,14 +272,18 @@ def _parsed_json(name: str, text: str) -> object:
 
 
 def _tool_calls(value: object) -> tuple[str | None, int]:
-    """Upstream's encoding and count: JSON text is parsed first; a non-empty value is stored
-    as JSON text; a list counts its items, any other non-None value counts one."""
+    """Upstream's canonical form and count: JSON text is parsed first (text that is not JSON
+    holds no tool calls); an empty value (None, ``[]``, ``{}``, ``0``, ``"null"``) is stored as
+    NULL and counts none; a list counts its items, any other value one."""
     if isinstance(value, str):
-        value = _parsed_json("tool_calls", value)
-    if value is None:
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None, 0
+    if not value:
         return None, 0
     count = len(value) if isinstance(value, list) else 1
-    return (_json_text("tool_calls", value) if value else None), count
+    return _json_text("tool_calls", value), count
 
 
 def _structured(name: str) -> Callable[[object], object]:
@@ -244,33 +309,51 @@ def _display_metadata(value: object) -> str | None:
     return _json_text("display_metadata", value)
 
 
-def _observed(value: object) -> int:
-    if value is not None and not isinstance(value, int):  # bool is an int
-        raise InvalidInputTypeError(f"observed must be a bool, not {_type_name(value)}")
-    return 1 if value else 0
+def _flag(name: str) -> Callable[[object], object]:
+    def check(value: object) -> int:
+        if value is not None and not isinstance(value, int):  # bool is an int
+            raise InvalidInputTypeError(f"{name} must be a bool, not {_type_name(value)}")
+        return 1 if value else 0
+
+    return check
 
 
 def _text(name: str) -> Callable[[object], object]:
     return lambda value: require_text(name, value)
 
 
+def _scrubbed(name: str) -> Callable[[object], object]:
+    return lambda value: _scrubbed_text(name, value)
+
+
+#: Upstream replaces lone surrogates in the content, the tool name, the reasoning text, the
+#: API sidecar and the display kind; the other text fields must be valid as given.
 _MESSAGE_CHECKS: Final[dict[str, Callable[[object], object]]] = {
     "tool_call_id": _text("tool_call_id"),
-    "tool_name": _text("tool_name"),
+    "tool_name": _scrubbed("tool_name"),
     "effect_disposition": _text("effect_disposition"),
     "token_count": lambda v: _optional_int("token_count", v),
     "finish_reason": _text("finish_reason"),
-    "reasoning": _text("reasoning"),
-    "reasoning_content": _text("reasoning_content"),
+    "reasoning": _scrubbed("reasoning"),
+    "reasoning_content": _scrubbed("reasoning_content"),
     "reasoning_details": _structured("reasoning_details"),
     "codex_reasoning_items": _structured("codex_reasoning_items"),
     "codex_message_items": _structured("codex_message_items"),
     "platform_message_id": _text("platform_message_id"),
-    "observed": _observed,
-    "api_content": _text("api_content"),
-    "display_kind": _text("display_kind"),
+    "observed": _flag("observed"),
+    "_compressed_summary": _flag("_compressed_summary"),
+    "api_content": _scrubbed("api_content"),
+    "display_kind": _scrubbed("display_kind"),
     "display_metadata": _display_metadata,
 }
+#: What upstream keeps of a message only on an assistant's row (``append_messages_batch``).
+_REASONING: Final = (
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "codex_reasoning_items",
+    "codex_message_items",
+)
 #: Keywords of ``append_message`` besides the message columns.
 _MESSAGE_OPTIONS: Final = ("tool_calls", "timestamp")
 
@@ -359,6 +442,30 @@ def require_usage(
         },
         absolute=absolute,
     )
+
+
+def require_message(
+    message: object,
+) -> tuple[object, object, dict[str, object], int, float | None]:
+    """One message of ``append_messages_batch``, read as upstream reads a message dict: its
+    ``role`` ("unknown" when missing), its ``content``, then :func:`require_message_fields`'
+    answer for the keys upstream knows (others, such as a caller's own markers, are ignored).
+    The reasoning fields are kept on an assistant's message only, and ``message_id`` stands in
+    for a missing ``platform_message_id``."""
+    if not isinstance(message, Mapping):
+        raise InvalidInputTypeError(
+            f"each message must be a dict of upstream's message keys, not {_type_name(message)}"
+        )
+    role = message.get("role", "unknown")
+    known = (*_MESSAGE_CHECKS, *_MESSAGE_OPTIONS)
+    fields = {name: message[name] for name in known if name in message}
+    if role != "assistant":
+        for name in _REASONING:
+            fields.pop(name, None)
+    if not fields.get("platform_message_id") and message.get("message_id"):
+        fields["platform_message_id"] = message["message_id"]
+    values, tool_calls, timestamp = require_message_fields(fields)
+    return role, message.get("content"), values, tool_calls, timestamp
 
 
 def require_only_states(value: object) -> frozenset[HandoffState]:

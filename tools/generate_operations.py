@@ -34,6 +34,7 @@ _GENERATED = (
 
 _IMPORTS = """from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar

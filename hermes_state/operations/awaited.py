@@ -6,6 +6,7 @@ change the declaration and run that command (a test fails while this file is sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -56,24 +57,60 @@ class AsyncOperations:
         )
 
     async def append_message(
-        self, session_id: str, role: str, content: str | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: str | list[Any] | dict[str, Any] | None = None,
+        **fields: Any,
     ) -> int:
         """Append a live message to the session's transcript; returns the message id.
 
-        ``fields`` are upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict
-        or its JSON text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning
-        fields, ``platform_message_id``, ``observed``, ...; see docs/library.md). The session's
-        ``message_count`` and ``tool_call_count`` move in the same transaction.
+        ``content`` is text, or multimodal content (a list of parts, or a dict) stored as
+        upstream stores it (a NUL, ``json:`` and its JSON) and read back as the parts; lone
+        surrogates in text are stored as U+FFFD, as upstream stores them. ``fields`` are
+        upstream's message keywords (``tool_name``, ``tool_calls`` as a list/dict or its JSON
+        text, ``tool_call_id``, ``token_count``, ``finish_reason``, the reasoning fields,
+        ``platform_message_id``, ``observed``, ``_compressed_summary``, ...; see
+        docs/library.md). The session's ``message_count`` and ``tool_call_count`` move in the
+        same transaction. A session compression ended (``ended_at`` set, ``end_reason =
+        'compression'``) takes no more messages: ``CompressionSessionClosedError``.
         """
         return await self._run(
             self._plans.append_message(session_id=session_id, role=role, content=content, **fields)
         )
 
-    async def get_messages(self, session_id: str) -> list[Row]:
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        include_compacted: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[Row]:
         """The live transcript (rewound turns left out), oldest first: one dict per message
         with every column the table has, ``tool_calls`` decoded from JSON.
+
+        Upstream's switches: ``include_inactive`` adds the rewound rows; ``include_compacted``
+        reads the display instead (the live rows and those compaction archived, each message
+        of several compaction generations once). ``limit`` and ``offset`` page it from the
+        oldest, or from the newest with ``latest`` (the page still oldest first);
+        ``after_id`` returns the rows after that id (not with ``latest``, ``offset`` or
+        ``include_compacted``: ``InvalidInputError``). Paged reads cost what they return, but
+        ``include_compacted`` reads the whole display to deduplicate it, as upstream does.
         """
-        return await self._run(self._plans.get_messages(session_id=session_id))
+        return await self._run(
+            self._plans.get_messages(
+                session_id=session_id,
+                include_inactive=include_inactive,
+                include_compacted=include_compacted,
+                limit=limit,
+                offset=offset,
+                latest=latest,
+                after_id=after_id,
+            )
+        )
 
     async def count_messages(self, session_id: str) -> int:
         """How many messages ``get_messages`` would return, counted in the database (0 for an
@@ -87,9 +124,39 @@ class AsyncOperations:
         """
         return await self._run(self._plans.message_count(session_id=session_id))
 
-    async def session_count(self, source: str | None = None) -> int:
-        """How many sessions there are, or how many have this ``source``."""
-        return await self._run(self._plans.session_count(source=source))
+    async def session_count(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> int:
+        """How many sessions :meth:`list_sessions_rich` would list under the same filters, so
+        a "load more" total agrees with the pages: archived sessions only with
+        ``include_archived`` (or only them, ``archived_only``), sub-agent runs and
+        compression continuations left out with ``exclude_children``, only the requester's
+        own Telegram DMs with ``scope="own"``; hidden sessions count.
+        """
+        return await self._run(
+            self._plans.session_count(
+                source=source,
+                sources=sources,
+                cwd_prefix=cwd_prefix,
+                min_message_count=min_message_count,
+                include_archived=include_archived,
+                archived_only=archived_only,
+                exclude_children=exclude_children,
+                exclude_sources=exclude_sources,
+                scope=scope,
+                requester_user_id=requester_user_id,
+            )
+        )
 
     async def end_session(self, session_id: str, end_reason: str) -> None:
         """End the session now for ``end_reason``. An ended session keeps its first end (a
@@ -383,9 +450,41 @@ class AsyncOperations:
     async def set_session_title(self, session_id: str, title: str | None) -> bool:
         """Give the session a title the user chose (``title_source`` 'user'), cleaned by
         ``sanitize_title``; an empty title clears it. Titles are unique: one another session
-        holds raises ``InvalidInputError`` (a ``ValueError``) naming it. False for an unknown id.
+        holds raises ``InvalidInputError`` (a ``ValueError``) naming it, unless that session is
+        an earlier compression segment of this one (it gives the title up) or an archived Bot
+        Chat retired by a hidden replacement (it gives up title and provenance). A hidden
+        session titled "Bot Chat" (Bot Mode's canonical chat) refuses any other title, an empty
+        one included. False for an unknown id, or when another write changed the title first.
         """
         return await self._run(self._plans.set_session_title(session_id=session_id, title=title))
+
+    async def set_auto_title(self, session_id: str, title: str | None, *, source: str) -> bool:
+        """Give the session an automatic title, ``source`` its provenance ('derived', 'llm',
+        'branch' or 'branch_fallback'; any other is ``InvalidInputError``). It lands only on an
+        untitled session or over a title of strictly lower rank (derived and both branch
+        sources 0, llm 1, user 2; a title without provenance counts as the user's): False,
+        nothing written, otherwise, and on the canonical Bot Chat whatever its provenance.
+        Cleaning and uniqueness are ``set_session_title``'s.
+        """
+        return await self._run(
+            self._plans.set_auto_title(session_id=session_id, title=title, source=source)
+        )
+
+    async def get_session_title_source(self, session_id: str) -> str | None:
+        """The provenance of the session's title ('user', 'llm', 'derived', ...), or None: no
+        title, no provenance recorded, or an unknown id.
+        """
+        return await self._run(self._plans.get_session_title_source(session_id=session_id))
+
+    async def set_session_title_source(self, session_id: str, source: str) -> bool:
+        """Record ``source`` ('derived', 'llm' or 'user'; any other is ``InvalidInputError``)
+        as the provenance of the session's title, its text unchanged: a title carried over to a
+        continuation keeps the original's authority. False when the session has no title or
+        the id is unknown.
+        """
+        return await self._run(
+            self._plans.set_session_title_source(session_id=session_id, source=source)
+        )
 
     async def get_session_title(self, session_id: str) -> str | None:
         """The session's title, or None (untitled, or an unknown id)."""
@@ -398,6 +497,8 @@ class AsyncOperations:
     async def resolve_session_by_title(self, title: str) -> str | None:
         """The id ``title`` names, preferring its newest numbered continuation
         (``"title #N"``, by ``started_at``) over the exact title; None when neither exists.
+        "Bot Chat" itself is the exception: the session titled exactly so wins over any
+        ``"Bot Chat #N"``.
         """
         return await self._run(self._plans.resolve_session_by_title(title=title))
 
@@ -566,3 +667,260 @@ class AsyncOperations:
     async def set_meta(self, key: str, value: str | None) -> None:
         """Store ``value`` under ``key`` in ``state_meta``, replacing what the key held."""
         return await self._run(self._plans.set_meta(key=key, value=value))
+
+    async def append_messages_batch(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int:
+        """Upstream's batch append: every message dict (``role``, ``content`` and the keys
+        ``append_message`` takes; others are ignored) lands in one transaction, or none does;
+        the session's counters move once for all of them. Returns how many were appended (0
+        for an empty list, which touches nothing).
+
+        Stored as ``append_message`` stores each, but the reasoning fields are kept on
+        assistant messages only and ``message_id`` stands in for ``platform_message_id``;
+        messages without a timestamp get the clock's, each a microsecond after the one
+        before. An unknown session raises ``UnknownSessionError``, one compression ended
+        ``CompressionSessionClosedError``. ``chunk_rows`` is accepted
+        and checked, but the batch stays one transaction; ``compression_lock_holder`` changes
+        nothing (upstream's appends never wait for a compression); ``turn_lease_holder`` is
+        refused until fenced writes exist.
+        """
+        return await self._run(
+            self._plans.append_messages_batch(
+                session_id=session_id,
+                messages=messages,
+                compression_lock_holder=compression_lock_holder,
+                turn_lease_holder=turn_lease_holder,
+                chunk_rows=chunk_rows,
+                turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+            )
+        )
+
+    async def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """Upstream's anchored window: ``{"window": [...], "messages_before": n,
+        "messages_after": m}``, the messages of ``session_id`` from ``window`` before the
+        message ``around_message_id`` to ``window`` after it, oldest first, rewound ones
+        included, each as ``get_messages`` returns it (but ``_compressed_summary`` as
+        stored). ``messages_before`` / ``messages_after`` count each side without the anchor:
+        fewer than ``window`` means the session starts or ends there. A negative window is
+        0; an anchor that is not a message of this session gives an empty window and zeros.
+        """
+        return await self._run(
+            self._plans.get_messages_around(
+                session_id=session_id, around_message_id=around_message_id, window=window
+            )
+        )
+
+    async def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        repair_alternation: bool = False,
+        include_row_ids: bool = False,
+        include_compacted: bool = False,
+    ) -> list[Row]:
+        """The transcript as upstream replays it to a model, in id order: ``{"role",
+        "content"}`` (recalled ``<memory-context>`` blocks taken out of user and assistant
+        text, which is trimmed; multimodal content decoded), then only the fields that say
+        something: ``tool_call_id``, ``tool_name``, ``effect_disposition``, ``tool_calls``
+        (decoded), ``message_id`` (the platform's id), ``observed``, ``finish_reason`` (any
+        role), ``api_content``, ``display_kind``, ``display_metadata``; on assistant turns
+        ``reasoning``, ``reasoning_content`` (even empty) and the structured reasoning,
+        decoded.
+
+        ``include_ancestors`` replays the lineage (each ``parent_session_id`` up to the root,
+        but a ``/branch`` copy alone), a user turn repeated across segments once;
+        ``include_inactive`` adds rewound turns; ``include_compacted`` reads the display as
+        ``get_messages`` does; ``include_row_ids`` adds ``_row_id``; ``repair_alternation``
+        keeps the ``_compressed_summary`` marker (the stored transcript is replayed as it
+        is: no turns are merged or inserted).
+        """
+        return await self._run(
+            self._plans.get_messages_as_conversation(
+                session_id=session_id,
+                include_ancestors=include_ancestors,
+                include_inactive=include_inactive,
+                repair_alternation=repair_alternation,
+                include_row_ids=include_row_ids,
+                include_compacted=include_compacted,
+            )
+        )
+
+    async def clear_session_messages(
+        self,
+        session_id: str,
+        keep_last_n: int | None = None,
+        before_timestamp: float | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        """Upstream's clear: delete the session's messages but keep the session. With
+        ``keep_last_n`` (> 0) the newest that many (by id) stay; else with
+        ``before_timestamp`` those written before it go; else every one goes (rewound rows
+        too: they are deleted, not marked). The counters are recounted from the live rows
+        left (``tool_call_count`` counting tool results and messages with tool calls, as
+        upstream's clear counts them) and ``last_activity_at`` set to now; when none are
+        left, every usage counter (tokens, API calls) is zeroed and the session's per-model
+        usage deleted. Stored system prompts no session refers to any more are deleted.
+        When everything went and ``sessions_dir`` is given, the session's transcript files
+        there are removed after the commit. Returns False for an unknown session.
+        """
+        return await self._run(
+            self._plans.clear_session_messages(
+                session_id=session_id,
+                keep_last_n=keep_last_n,
+                before_timestamp=before_timestamp,
+                sessions_dir=sessions_dir,
+            )
+        )
+
+    async def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        preserve_compaction_handoff: bool = False,
+        expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
+    ) -> dict[str, Any]:
+        """Upstream's rewind: the live messages from the user message ``target_message_id``
+        on, the target included, are taken back (``active = 0``, kept on disk and readable
+        with ``include_inactive``); ``rewind_count`` grows by one and the counters are
+        recounted from the live rows. Returns ``{"rewound_count", "target_message" (the
+        target as ``get_messages`` returns a row, for the caller to offer again),
+        "new_head_id" (the newest live id, or None)}``.
+
+        A target that is not a message of the session, or not a user's, raises
+        ``InvalidInputError``; a session compression ended,
+        ``CompressionSessionClosedError``. ``expected_active_ids`` (the live ids in order) and
+        ``expected_target_content`` (what the user said, memory context taken out) pin what
+        the caller saw: a transcript changed since raises ``TranscriptChangedError`` and
+        nothing is written. ``preserve_compaction_handoff`` is refused: this store keeps no
+        compaction handoff carriers.
+        """
+        return await self._run(
+            self._plans.rewind_to_message(
+                session_id=session_id,
+                target_message_id=target_message_id,
+                preserve_compaction_handoff=preserve_compaction_handoff,
+                expected_active_ids=expected_active_ids,
+                expected_target_content=expected_target_content,
+            )
+        )
+
+    async def list_sessions_rich(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        min_message_count: int = 0,
+        project_compression_tips: bool = True,
+        order_by_last_active: bool = False,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
+        include_pinned: bool = False,
+        session_key: str | None = None,
+        include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> list[Row]:
+        """One page of sessions for a picker, newest ``started_at`` first: each row every
+        session column plus ``last_active`` (its latest heartbeat or message, else its start),
+        ``preview`` (the start of its first user message, at most 60 characters and "...")
+        and ``unread`` (active since ``last_read_at``).
+
+        Filters: ``source`` or ``sources``, ``exclude_sources``, ``session_key``,
+        ``cwd_prefix`` (that directory and below), ``min_message_count``. Archived sessions
+        only with ``include_archived`` (``archived_only``: only them, hidden ones included);
+        hidden ones only with ``include_hidden``; sub-agent runs and compression
+        continuations only with ``include_children`` (branches and resets always show).
+        ``project_compression_tips``: a compressed conversation is shown as its live tip,
+        keeping its root's ``started_at``, with ``_lineage_root_id`` and ``_lineage_ids``.
+        ``order_by_last_active``: the most recently active conversation (its whole chain)
+        first, the one order in which ``id_query`` and ``search_query`` (ids and titles of
+        the chain, case-insensitive) apply. ``include_pinned`` adds the pinned sessions the
+        page missed; ``compact_rows`` leaves out the system prompt and its hash.
+        ``scope="own"`` lists only the Telegram direct messages of ``requester_user_id``
+        (required then; a row without a chat id is left out); "admin" or None: everyone's.
+        """
+        return await self._run(
+            self._plans.list_sessions_rich(
+                source=source,
+                sources=sources,
+                exclude_sources=exclude_sources,
+                cwd_prefix=cwd_prefix,
+                limit=limit,
+                offset=offset,
+                include_children=include_children,
+                min_message_count=min_message_count,
+                project_compression_tips=project_compression_tips,
+                order_by_last_active=order_by_last_active,
+                include_archived=include_archived,
+                archived_only=archived_only,
+                id_query=id_query,
+                search_query=search_query,
+                compact_rows=compact_rows,
+                include_pinned=include_pinned,
+                session_key=session_key,
+                include_hidden=include_hidden,
+                scope=scope,
+                requester_user_id=requester_user_id,
+            )
+        )
+
+    async def session_count_ge(self, n: int = 1) -> bool:
+        """Whether at least ``n`` sessions exist (archived ones too), reading at most ``n``
+        rows.
+        """
+        return await self._run(self._plans.session_count_ge(n=n))
+
+    async def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]:
+        """``{source: count}`` under :meth:`session_count`'s filters, the largest first (an
+        empty source counts as 'cli').
+        """
+        return await self._run(
+            self._plans.session_count_by_source(
+                include_archived=include_archived,
+                archived_only=archived_only,
+                exclude_children=exclude_children,
+            )
+        )
+
+    async def search_sessions(
+        self,
+        source: str | Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
+    ) -> list[Row]:
+        """Whole session rows with ``last_active``, the most recently active first (archived
+        and hidden ones too): of one source or several, and with ``workspace_key`` of that
+        workspace (its git repository root, or for rows without one a directory at or below
+        it), as ``hermes -c`` picks the session to continue.
+        """
+        return await self._run(
+            self._plans.search_sessions(
+                source=source, limit=limit, offset=offset, workspace_key=workspace_key
+            )
+        )

@@ -6,6 +6,7 @@ change the declaration and run that command (a test fails while this file is sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
@@ -63,16 +64,41 @@ class AsyncStore(Protocol):
     ) -> str: ...
 
     async def append_message(
-        self, session_id: str, role: str, content: str | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: str | list[Any] | dict[str, Any] | None = None,
+        **fields: Any,
     ) -> int: ...
 
-    async def get_messages(self, session_id: str) -> list[Row]: ...
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        include_compacted: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[Row]: ...
 
     async def count_messages(self, session_id: str) -> int: ...
 
     async def message_count(self, session_id: str | None = None) -> int: ...
 
-    async def session_count(self, source: str | None = None) -> int: ...
+    async def session_count(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> int: ...
 
     async def end_session(self, session_id: str, end_reason: str) -> None: ...
 
@@ -219,6 +245,12 @@ class AsyncStore(Protocol):
 
     async def set_session_title(self, session_id: str, title: str | None) -> bool: ...
 
+    async def set_auto_title(self, session_id: str, title: str | None, *, source: str) -> bool: ...
+
+    async def get_session_title_source(self, session_id: str) -> str | None: ...
+
+    async def set_session_title_source(self, session_id: str, source: str) -> bool: ...
+
     async def get_session_title(self, session_id: str) -> str | None: ...
 
     async def get_session_by_title(self, title: str) -> Row | None: ...
@@ -282,3 +314,87 @@ class AsyncStore(Protocol):
     async def get_meta(self, key: str) -> str | None: ...
 
     async def set_meta(self, key: str, value: str | None) -> None: ...
+
+    async def append_messages_batch(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int: ...
+
+    async def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]: ...
+
+    async def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        repair_alternation: bool = False,
+        include_row_ids: bool = False,
+        include_compacted: bool = False,
+    ) -> list[Row]: ...
+
+    async def clear_session_messages(
+        self,
+        session_id: str,
+        keep_last_n: int | None = None,
+        before_timestamp: float | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool: ...
+
+    async def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        preserve_compaction_handoff: bool = False,
+        expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
+    ) -> dict[str, Any]: ...
+
+    async def list_sessions_rich(
+        self,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        min_message_count: int = 0,
+        project_compression_tips: bool = True,
+        order_by_last_active: bool = False,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
+        include_pinned: bool = False,
+        session_key: str | None = None,
+        include_hidden: bool = False,
+        scope: str | None = None,
+        requester_user_id: str | int | None = None,
+    ) -> list[Row]: ...
+
+    async def session_count_ge(self, n: int = 1) -> bool: ...
+
+    async def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]: ...
+
+    async def search_sessions(
+        self,
+        source: str | Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
+    ) -> list[Row]: ...

@@ -13,23 +13,29 @@ from ..validation import (
     NAME_LENGTH,
     ROLE_LENGTH,
     clean_error,
+    require_content,
     require_count,
+    require_flag,
     require_identifier,
     require_identifiers,
     require_message_fields,
     require_only_states,
+    require_row_id,
     require_scope,
     require_seconds,
+    require_size,
     require_state,
     require_text,
 )
 from .claims import ClaimBatch, _claim_batch, _claim_given, _claim_next
 from .core import MAX_BATCH, MIN_TURN_LEASE_SECONDS, ClaimLedger, Ownership, Plan, Row
+from .messages import MessagePlans
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
 from .session_flags import SessionFlagPlans
+from .session_listing import SessionListingPlans
 from .session_writes import SessionWritePlans
 from .titles import TitlePlans
-from .transcript import _append_message, _transcript, _transcripts
+from .transcript import Page, _append_message, _transcript, _transcripts
 from .transitions import (
     Claim,
     _claim,
@@ -54,7 +60,7 @@ from .turn_leases import (
 )
 
 
-class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans):
+class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans, MessagePlans, SessionListingPlans):
     """Builds the plan of every store operation, with the store's context bound.
 
     Both stores hold one and only run its plans (synchronously or awaited), so the wiring of
@@ -88,15 +94,51 @@ class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans):
             **values,
             "session_id": require_identifier("session_id", session_id),
             "role": require_identifier("role", role, max_length=ROLE_LENGTH),
-            "content": require_text("content", content),
+            "content": require_content(content),
             "now": self.clock() if timestamp is None else timestamp,
             "tool_calls_added": tool_calls,
         }
         return Plan(_append_message, params, writes=True)
 
-    def get_messages(self, session_id: object) -> Plan[list[Row]]:
-        params = {"session_id": require_identifier("session_id", session_id)}
-        return Plan(_transcript, params, writes=False)
+    def get_messages(
+        self,
+        session_id: object,
+        include_inactive: object = False,
+        include_compacted: object = False,
+        limit: object = None,
+        offset: object = 0,
+        latest: object = False,
+        after_id: object = None,
+    ) -> Plan[list[Row]]:
+        """The transcript upstream's ``get_messages`` reads: live rows, or also the rewound
+        ones (``include_inactive``), or the display with compaction's copies once
+        (``include_compacted``); paged from the oldest, from the newest (``latest``, still
+        returned oldest first), or after the id ``after_id``."""
+        params: dict[str, Any] = {"session_id": require_identifier("session_id", session_id)}
+        inactive = require_flag("include_inactive", include_inactive)
+        compacted = require_flag("include_compacted", include_compacted)
+        page = Page(
+            latest=require_flag("latest", latest),
+            limit=None if limit is None else require_size("limit", limit),
+            offset=require_size("offset", offset),
+            after_id=None if after_id is None else require_row_id("after_id", after_id),
+        )
+        if page.after_id is not None and (page.latest or page.offset):
+            raise InvalidInputError(
+                "after_id pages by id: it cannot be combined with latest or offset"
+            )
+        if page.after_id is not None and compacted:
+            raise InvalidInputError(
+                "after_id cannot be combined with include_compacted (a deduplicated display "
+                "is paged with limit and offset)"
+            )
+        params.update(limit=page.limit, offset=page.offset, after_id=page.after_id)
+        visibility = (
+            statements.Visibility.ALL
+            if inactive
+            else (statements.Visibility.DISPLAY if compacted else statements.Visibility.LIVE)
+        )
+        return Plan(_transcript, params, visibility, page, compacted, writes=False)
 
     def count_messages(self, session_id: object) -> Plan[int]:
         params = {"session_id": require_identifier("session_id", session_id)}
@@ -107,12 +149,6 @@ class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans):
             return Plan(_count, statements.count_message_rows(False), {}, writes=False)
         params = {"session_id": require_identifier("session_id", session_id)}
         return Plan(_count, statements.count_message_rows(True), params, writes=False)
-
-    def session_count(self, source: object) -> Plan[int]:
-        if source is None:
-            return Plan(_count, statements.count_sessions(False), {}, writes=False)
-        params = {"source": require_identifier("source", source)}
-        return Plan(_count, statements.count_sessions(True), params, writes=False)
 
     # handoff transitions
 

@@ -17,6 +17,7 @@ from ..errors import InvalidInputTypeError, SessionInUseError
 from ..models import HandoffState
 from ..statements import Capabilities
 from ..statements.titles import LIKE_ESCAPE
+from ..titles import CANONICAL_BOT_CHAT_TITLE
 from ..validation import require_identifier, require_identifiers, require_str, require_text
 from .core import Body, Plan, Row, Step
 from .reads import _constant
@@ -25,10 +26,6 @@ from .turn_leases import _conversation
 #: How many prefix matches ``resolve_session_id`` reads: two tell a unique match from an
 #: ambiguous one.
 PREFIX_MATCHES: Final = 2
-
-#: The title of upstream's canonical Bot Chat: a hidden session with this title stays hidden
-#: when it is pinned (its desktop reaches it only through the bot).
-CANONICAL_BOT_CHAT_TITLE: Final = "Bot Chat"
 
 
 def _require_bool(name: str, value: object) -> bool:
@@ -363,8 +360,8 @@ def _deletion(_caps: Capabilities, params: Mapping[str, Any]) -> Body[tuple[int,
         one = {"session_id": session_id}
         # Children first: an adopted file's parent_session_id may be a foreign key.
         yield Step(statements.orphan_children(), one)
-        yield Step(statements.delete_session_messages(), one)
-        yield Step(statements.delete_session_usage(), one)
+        yield Step(statements.delete_messages(), one)
+        yield Step(statements.delete_model_usage(), one)
         yield Step(statements.delete_session_turn_lease(), one)
         yield Step(statements.delete_session_row(), one)
     yield Step(statements.delete_unreferenced_prompts())

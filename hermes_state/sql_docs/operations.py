@@ -303,12 +303,94 @@ def _release_turns(caps: Capabilities) -> list[Sent]:
     ]
 
 
-def _set_title(_caps: Capabilities) -> list[Sent]:
+def _set_title(holder: str) -> Callable[[Capabilities], list[Sent]]:
+    """The title writes (the user's and an automatic one send the same statements) when the
+    title is free (``holder`` empty), held by an earlier compression segment of the session
+    ("segment"), or held by an archived "Bot Chat" a hidden session replaces ("retired")."""
+
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [
+            _sent(S.title_state, note="the session must exist (and its title may change)"),
+            _sent(S.title_holder, note="when a title is given: another session holding it"),
+        ]
+        if holder:
+            sent.append(_sent(S.compression_parent, note=_PER_WALK))
+            sent.append(_sent(S.release_title, with_source=holder == "retired"))
+        sent.append(_sent(S.set_title, note="only if the title is still what was read"))
+        return sent
+
+    return steps
+
+
+def _append_refused(caps: Capabilities) -> list[Sent]:
+    if caps.single_statement:  # its one row says why nothing was appended
+        return [_sent(S.append_message_counted)]
+    why = "nothing was appended: is there no such session, or did compression close it?"
+    return [_sent(S.append_message, caps.insert_returning), _sent(S.session_closed, note=why)]
+
+
+def _append_batch(_caps: Capabilities) -> list[Sent]:
     return [
-        _sent(S.get_title, note="the session must exist"),
-        _sent(S.title_holder, note="when a title is given: no other session may hold it"),
-        _sent(S.set_title),
+        _sent(S.count_appended_messages, note="the session must exist"),
+        _sent(S.append_message, False, note="once per message"),
     ]
+
+
+def _around(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.messages_around, True),
+        _sent(S.messages_around, False, note="when the anchor is a message of the session"),
+    ]
+
+
+def _conversation(_caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.lineage_link, note="once, and once more per step up the session's lineage"),
+        _sent(S.get_messages, S.Visibility.LIVE, note="once per session of the lineage"),
+    ]
+
+
+def _clear(kept: str) -> Callable[[Capabilities], list[Sent]]:
+    """``clear_session_messages``: every message (which leaves none), the newest ``keep_last_n``
+    or those after ``before_timestamp`` (which here leave some)."""
+
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [_sent(S.session_locked, note="the session must exist")]
+        if kept == "keep_last_n":
+            sent.append(_sent(S.nth_newest_message))
+            sent.append(_sent(S.delete_messages, before_id=True, note="when there are more"))
+        elif kept == "before_timestamp":
+            sent.append(_sent(S.delete_messages, before_timestamp=True))
+        else:
+            sent.append(_sent(S.delete_messages))
+        sent.append(_sent(S.live_counts))
+        if kept:
+            sent.append(_sent(S.set_message_counters, True, note="when messages are left"))
+        else:
+            sent.append(_sent(S.reset_session_counters, note="when no message is left"))
+            sent.append(_sent(S.delete_model_usage, note="when no message is left"))
+        sent.append(_sent(S.delete_unreferenced_prompts))
+        return sent
+
+    return steps
+
+
+def _rewind(expected: bool) -> Callable[[Capabilities], list[Sent]]:
+    def steps(_caps: Capabilities) -> list[Sent]:
+        sent = [_sent(S.count_rewind, note="the session must exist")]
+        if expected:
+            sent.append(_sent(S.live_message_ids, note="to compare with expected_active_ids"))
+        return [
+            *sent,
+            _sent(S.message_of_session, note="the target must be a user message of it"),
+            _sent(S.rewind_from),
+            _sent(S.live_counts),
+            _sent(S.live_tool_calls),
+            _sent(S.set_message_counters, False),
+            _sent(S.live_head),
+        ]
+
+    return steps
 
 
 def _stats(_caps: Capabilities) -> list[Sent]:
@@ -383,14 +465,65 @@ def _deletion(given: str) -> Callable[[Capabilities], list[Sent]]:
             _sent(S.lineage_parent, note=f"for {given}: " + _PER_WALK),
             _sent(S.live_turn_lease, note="once per session deleted and conversation of one"),
             _sent(S.orphan_children, note=each),
-            _sent(S.delete_session_messages, note=each),
-            _sent(S.delete_session_usage, note=each),
+            _sent(S.delete_messages, note=each),
+            _sent(S.delete_model_usage, note=each),
             _sent(S.delete_session_turn_lease, note=each),
             _sent(S.delete_session_row, note=each),
             _sent(S.delete_unreferenced_prompts),
         ]
 
     return steps
+
+
+#: The listing filters the examples of the catalog use.
+_PICKER = S.SessionFilter(listable_only=True, visible_only=True)
+_EVERY_FILTER = S.SessionFilter(
+    listable_only=True,
+    by_sources=True,
+    by_session_key=True,
+    excluding_sources=True,
+    by_cwd=True,
+    by_message_count=True,
+    visible_only=True,
+)
+_COMPRESSED = "when the page holds compressed conversations: their chains, then their tips"
+
+
+def _list_rich(caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.rich_sessions, caps.name, _PICKER, False),
+        _sent(S.compression_chains, caps.name, note=_COMPRESSED),
+        _sent(S.rich_sessions_by_id, caps.name, False, note=_COMPRESSED),
+    ]
+
+
+def _list_rich_filtered(caps: Capabilities) -> list[Sent]:
+    return [
+        _sent(S.rich_sessions, caps.name, _EVERY_FILTER, False),
+        _sent(S.pinned_sessions, caps.name, _EVERY_FILTER, False, note="with include_pinned"),
+    ]
+
+
+def _list_rich_by_activity(caps: Capabilities) -> list[Sent]:
+    chosen = S.SessionFilter(visible_only=True)
+    return [
+        _sent(
+            S.rich_sessions_by_activity,
+            caps.name,
+            chosen,
+            True,
+            by_id=True,
+            by_text=True,
+            by_compact_text=True,
+        )
+    ]
+
+
+def _per_dialect(
+    builder: Callable[..., Any], *args: Any, **kw: Any
+) -> Callable[[Capabilities], list[Sent]]:
+    """An operation that sends one statement, built for the connected dialect."""
+    return lambda caps: [_sent(builder, caps.name, *args, **kw)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +553,8 @@ _AUDIT = "Audit trail"
 _READS = "Reads"
 _TITLES = "Titles"
 _FLAGS = "Session flags, ids and meta"
+_MESSAGES = "Messages"
+_LISTING = "Session listing"
 
 _O = Operation
 #: Every operation, in the order of the index; a variant is an operation called with the
@@ -726,14 +861,6 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         _only(S.list_sessions, HandoffState.PENDING, by_source=True, since=True, limited=True),
     ),
     _O(_READS, "get_session", "", "get_session(session_id)", _only(S.get_session)),
-    _O(_READS, "session_count", "", "session_count()", _only(S.count_sessions, False)),
-    _O(
-        _READS,
-        "session_count",
-        "by_source",
-        "session_count(source)",
-        _only(S.count_sessions, True),
-    ),
     _O(_READS, "message_count", "", "message_count()", _only(S.count_message_rows, False)),
     _O(
         _READS,
@@ -747,8 +874,45 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     _O(_READS, "has_pending_handoffs", "", "has_pending_handoffs()", _only(S.has_pending_handoffs)),
     _O(_READS, "handoff_stats", "", "handoff_stats()", _stats),
-    _O(_TITLES, "set_session_title", "", "set_session_title(session_id, title)", _set_title),
+    _O(_TITLES, "set_session_title", "", "set_session_title(session_id, title)", _set_title("")),
+    _O(
+        _TITLES,
+        "set_session_title",
+        "segment",
+        "set_session_title(session_id, title)",
+        _set_title("segment"),
+        when=", the title held by an earlier compression segment of the session",
+    ),
+    _O(
+        _TITLES,
+        "set_session_title",
+        "retired",
+        "set_session_title(session_id, 'Bot Chat')",
+        _set_title("retired"),
+        when=", the title held by an archived session, the claimant or the holder hidden",
+    ),
     _O(_TITLES, "get_session_title", "", "get_session_title(session_id)", _only(S.get_title)),
+    _O(
+        _TITLES,
+        "set_auto_title",
+        "",
+        "set_auto_title(session_id, title, source=...)",
+        _set_title(""),
+    ),
+    _O(
+        _TITLES,
+        "get_session_title_source",
+        "",
+        "get_session_title_source(session_id)",
+        _only(S.title_state),
+    ),
+    _O(
+        _TITLES,
+        "set_session_title_source",
+        "",
+        "set_session_title_source(session_id, source)",
+        _only(S.set_title_source),
+    ),
     _O(
         _TITLES,
         "get_session_by_title",
@@ -837,6 +1001,176 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     _O(_FLAGS, "get_meta", "", "get_meta(key)", _only(S.get_meta)),
     _O(_FLAGS, "set_meta", "", "set_meta(key, value)", lambda caps: [_sent(S.set_meta, caps.name)]),
+    # -- messages
+    _O(
+        _MESSAGES,
+        "append_message",
+        "closed",
+        "append_message(session_id, role, content)",
+        _append_refused,
+        when=", when compression closed the session",
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "paged",
+        "get_messages(session_id, limit=limit, offset=offset)",
+        _only(S.get_messages, limited=True, skipped=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "latest",
+        "get_messages(session_id, limit=limit, latest=True)",
+        _only(S.get_messages, newest_first=True, limited=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "after",
+        "get_messages(session_id, limit=limit, after_id=after_id)",
+        _only(S.get_messages, after=True, limited=True),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "inactive",
+        "get_messages(session_id, include_inactive=True)",
+        _only(S.get_messages, S.Visibility.ALL),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages",
+        "compacted",
+        "get_messages(session_id, include_compacted=True)",
+        _only(S.get_messages, S.Visibility.DISPLAY),
+    ),
+    _O(
+        _MESSAGES,
+        "append_messages_batch",
+        "",
+        "append_messages_batch(session_id, messages)",
+        _append_batch,
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_around",
+        "",
+        "get_messages_around(session_id, around_message_id, window)",
+        _around,
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_as_conversation",
+        "",
+        "get_messages_as_conversation(session_id)",
+        _only(S.get_messages, S.Visibility.LIVE),
+    ),
+    _O(
+        _MESSAGES,
+        "get_messages_as_conversation",
+        "ancestors",
+        "get_messages_as_conversation(session_id, include_ancestors=True)",
+        _conversation,
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "",
+        "clear_session_messages(session_id)",
+        _clear(""),
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "keep_last_n",
+        "clear_session_messages(session_id, keep_last_n=n)",
+        _clear("keep_last_n"),
+    ),
+    _O(
+        _MESSAGES,
+        "clear_session_messages",
+        "before_timestamp",
+        "clear_session_messages(session_id, before_timestamp=when)",
+        _clear("before_timestamp"),
+    ),
+    _O(
+        _MESSAGES,
+        "rewind_to_message",
+        "",
+        "rewind_to_message(session_id, target_message_id)",
+        _rewind(expected=False),
+    ),
+    _O(
+        _MESSAGES,
+        "rewind_to_message",
+        "expected",
+        "rewind_to_message(session_id, target_message_id, expected_active_ids=ids)",
+        _rewind(expected=True),
+    ),
+    _O(_LISTING, "list_sessions_rich", "", "list_sessions_rich()", _list_rich),
+    _O(
+        _LISTING,
+        "list_sessions_rich",
+        "filtered",
+        "list_sessions_rich(source, exclude_sources=..., session_key=..., cwd_prefix=..., "
+        "min_message_count=1, include_pinned=True)",
+        _list_rich_filtered,
+    ),
+    _O(
+        _LISTING,
+        "list_sessions_rich",
+        "by_activity",
+        "list_sessions_rich(order_by_last_active=True, id_query=..., search_query=..., "
+        "include_children=True, compact_rows=True)",
+        _list_rich_by_activity,
+    ),
+    _O(
+        _LISTING,
+        "session_count",
+        "",
+        "session_count()",
+        _per_dialect(S.count_listed_sessions, S.SessionFilter()),
+    ),
+    _O(
+        _LISTING,
+        "session_count",
+        "filtered",
+        "session_count(source, exclude_children=True, include_archived=True)",
+        _per_dialect(
+            S.count_listed_sessions,
+            S.SessionFilter(listable_only=True, by_sources=True, archived="any"),
+        ),
+    ),
+    _O(
+        _LISTING,
+        "session_count",
+        "own",
+        "session_count(scope='own', requester_user_id=...)",
+        _per_dialect(S.count_listed_sessions, S.SessionFilter(own_dm=True)),
+    ),
+    _O(_LISTING, "session_count_ge", "", "session_count_ge(n)", _only(S.some_sessions)),
+    _O(
+        _LISTING,
+        "session_count_by_source",
+        "",
+        "session_count_by_source()",
+        _per_dialect(S.count_sessions_by_source, S.SessionFilter()),
+    ),
+    _O(
+        _LISTING,
+        "search_sessions",
+        "",
+        "search_sessions()",
+        _per_dialect(S.search_sessions, by_sources=False, by_workspace=False),
+    ),
+    _O(
+        _LISTING,
+        "search_sessions",
+        "filtered",
+        "search_sessions(source=[...], workspace_key=...)",
+        _per_dialect(S.search_sessions, by_sources=True, by_workspace=True),
+    ),
 )
 
 #: Builders of :mod:`hermes_state.statements` no operation sends, and why.

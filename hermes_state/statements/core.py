@@ -68,12 +68,30 @@ MESSAGE_FIELDS = (
     "codex_message_items",
     "platform_message_id",
     "observed",
+    "_compressed_summary",
     "api_content",
     "display_kind",
     "display_metadata",
 )
 
 _c = sessions.c
+
+#: The end reason of a session whose conversation went on in a continuation session.
+_COMPRESSION_END: ColumnElement[str] = literal_column("'compression'")
+
+
+def closed_by_compression() -> ColumnElement[bool]:
+    """A session that compression ended: its conversation goes on in the continuation, and
+    upstream appends nothing more to it."""
+    return and_(_c.ended_at.is_not(None), _c.end_reason == _COMPRESSION_END)
+
+
+def open_for_appends() -> ColumnElement[bool]:
+    """The negation of :func:`closed_by_compression`, NULLs included (a session never ended,
+    or ended without a reason, takes messages)."""
+    return or_(_c.ended_at.is_(None), _c.end_reason.is_(None), _c.end_reason != _COMPRESSION_END)
+
+
 #: The PostgreSQL NOTIFY channel on which ``request_handoff`` wakes watchers.
 HANDOFF_CHANNEL = "hermes_state_handoffs"
 

@@ -128,10 +128,3 @@ def oldest_pending_requested_at() -> Select[tuple[float | None]]:
     # Older writers leave handoff_requested_at NULL: their session's start stands in.
     requested = func.coalesce(_c.handoff_requested_at, _c.started_at)
     return select(func.min(requested).label("requested_at")).where(state_is(HandoffState.PENDING))
-
-
-@functools.cache
-def count_sessions(by_source: bool) -> Select[Any]:
-    """How many sessions there are (with ``:source`` when ``by_source``)."""
-    stmt = select(func.count().label("count")).select_from(sessions)
-    return stmt.where(_c.source == bindparam("source")) if by_source else stmt

@@ -24,7 +24,6 @@ from sqlalchemy import (
 
 from ..models import (
     messages,
-    session_model_usage,
     session_turn_leases,
     sessions,
     state_meta,
@@ -233,20 +232,6 @@ def orphan_children() -> Update:
         update(sessions)
         .where(_c.parent_session_id == bindparam("session_id"))
         .values(parent_session_id=None)
-    )
-
-
-@functools.cache
-def delete_session_messages() -> Delete:
-    """Every message row of ``:session_id``, rewound ones too."""
-    return delete(messages).where(messages.c.session_id == bindparam("session_id"))
-
-
-@functools.cache
-def delete_session_usage() -> Delete:
-    """The per-model usage totals of ``:session_id``."""
-    return delete(session_model_usage).where(
-        session_model_usage.c.session_id == bindparam("session_id")
     )
 
 

@@ -1,11 +1,12 @@
-"""Reads and writes of session titles: the holder of a title, setting one, lineage lookups."""
+"""Reads and writes of session titles: the holder of a title, setting one and its provenance,
+releasing one, lineage lookups."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Final
 
-from sqlalchemy import Select, Update, bindparam, or_, select, update
+from sqlalchemy import Select, Update, bindparam, literal_column, null, or_, select, update
 
 from ..models import sessions
 from .core import _c, session_columns
@@ -14,20 +15,73 @@ from .core import _c, session_columns
 #: the pattern with it).
 LIKE_ESCAPE: Final = "/"
 
+# The end reason of a session compression continued in a child (statements.COMPRESSION; that
+# module imports this one).
+_COMPRESSION: Final = "compression"
+
 
 @functools.cache
-def title_holder() -> Select[tuple[Any]]:
-    """The id of another session than ``:session_id`` whose title is ``:title``."""
-    return select(_c.id).where(_c.title == bindparam("title"), _c.id != bindparam("session_id"))
+def title_state() -> Select[tuple[Any, Any, Any]]:
+    """What a title write of ``:session_id`` decides on: its title, the title's provenance, and
+    whether the session is hidden."""
+    return select(_c.title, _c.title_source, _c.hidden).where(_c.id == bindparam("session_id"))
+
+
+@functools.cache
+def title_holder() -> Select[tuple[Any, Any, Any]]:
+    """Another session than ``:session_id`` whose title is ``:title``: its id, and whether it
+    is archived and hidden."""
+    return select(_c.id, _c.archived, _c.hidden).where(
+        _c.title == bindparam("title"), _c.id != bindparam("session_id")
+    )
+
+
+@functools.cache
+def compression_parent() -> Select[tuple[Any]]:
+    """The parent of ``:session_id`` when that parent ended by compression: the session is a
+    continuation of it (upstream's edge for handing a title down, forks included)."""
+    child = sessions.alias("child")
+    parent = sessions.alias("parent")
+    return (
+        select(parent.c.id)
+        .select_from(child.join(parent, parent.c.id == child.c.parent_session_id))
+        .where(
+            child.c.id == bindparam("session_id"),
+            parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
+        )
+    )
+
+
+@functools.cache
+def release_title(*, with_source: bool) -> Update:
+    """``:holder_id`` gives its title up (NULL), and its provenance too when ``with_source``."""
+    cleared = {"title": null(), "title_source": null()} if with_source else {"title": null()}
+    return update(sessions).where(_c.id == bindparam("holder_id")).values(**cleared)
 
 
 @functools.cache
 def set_title() -> Update:
-    """``:session_id``'s title and its provenance (``:title_source``)."""
+    """``:session_id``'s title and its provenance (``:title_source``), provided both are still
+    what the write read (``:seen_title``, ``:seen_source``; NULL matches NULL): a write that
+    raced in between wins, this one changes nothing."""
     return (
         update(sessions)
-        .where(_c.id == bindparam("session_id"))
+        .where(
+            _c.id == bindparam("session_id"),
+            _c.title.is_not_distinct_from(bindparam("seen_title")),
+            _c.title_source.is_not_distinct_from(bindparam("seen_source")),
+        )
         .values(title=bindparam("title"), title_source=bindparam("title_source"))
+    )
+
+
+@functools.cache
+def set_title_source() -> Update:
+    """The provenance (``:title_source``) of ``:session_id``'s title, when it has one."""
+    return (
+        update(sessions)
+        .where(_c.id == bindparam("session_id"), _c.title.is_not(None))
+        .values(title_source=bindparam("title_source"))
     )
 
 

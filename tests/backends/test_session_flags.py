@@ -242,10 +242,9 @@ def test_a_resume_stays_where_nothing_below_holds_messages(any_store: SessionDB)
 
 
 def test_a_resume_follows_compression_past_a_parent_with_messages(any_store: SessionDB) -> None:
-    any_store.create_session(
-        "root", "cli", started_at=10.0, ended_at=15.0, end_reason="compression"
-    )
+    any_store.create_session("root", "cli", started_at=10.0)
     any_store.append_message("root", "user", "before compression")
+    any_store.end_session("root", "compression")
     any_store.create_session("cont", "cli", parent_session_id="root", started_at=20.0)
     any_store.append_message("cont", "assistant", "after compression")
     assert any_store.resolve_resume_session_id("root") == "cont"
@@ -495,10 +494,12 @@ def count_rows(db: SessionDB, table: Table, **where: str) -> int:
 def test_deleting_a_session_takes_its_messages_and_detaches_its_children(
     any_store: SessionDB,
 ) -> None:
+    any_store.create_session("root", "cli")
+    any_store.append_message("root", "user", "hello from root")  # before its compression
     compressed(any_store, "root", "tip")
     any_store.create_session("grandchild", "cli", parent_session_id="tip")
     any_store.create_session("other", "cli")
-    for session_id in ("root", "tip", "other"):
+    for session_id in ("tip", "other"):
         any_store.append_message(session_id, "user", f"hello from {session_id}")
     assert any_store.delete_session("root") is True
     assert any_store.get_session("root") is None

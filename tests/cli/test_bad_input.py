@@ -139,9 +139,9 @@ LIBRARY_CASES = [
     # text: NUL, lone surrogates, types
     _case("content NUL", InvalidInputError, lambda db, _: db.append_message("known", "u", "\x00")),
     _case(
-        "content surrogate",
-        InvalidInputError,
-        lambda db, _: db.append_message("known", "u", "\udcff"),
+        "content float",
+        InvalidInputTypeError,
+        lambda db, _: db.append_message("known", "u", 1.5),
     ),
     _case(
         "content bytes", InvalidInputTypeError, lambda db, _: db.append_message("known", "u", b"hi")

@@ -110,6 +110,10 @@ FRAGMENTS = (
     "get_next_title_in_lineage(",
     'db.ensure_session("s1")  # a gateway',
     'db.set_session_archived("tip", True)',
+    # -- messages
+    'db.append_messages_batch(\n        "m1",',
+    'db.set_auto_title("t3", "fix login"',
+    'list_sessions_rich(source="cli", limit=20)',
 )
 
 
@@ -190,6 +194,14 @@ def test_the_titles_example(tmp_path: Path, isolated_home: Path) -> None:
         assert db.get_session_title("t2") == "quarterly report #2"
 
 
+def test_the_automatic_titles_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.set_auto_title("t3", "fix login"'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.get_session_title("t3") == "auth bug"
+        assert db.get_session_title_source("t3") == "user"
+
+
 def test_the_session_rows_example(tmp_path: Path, isolated_home: Path) -> None:
     result = run_example(example('db.ensure_session("s1")  # a gateway'), tmp_path, {})
     assert result.returncode == 0, result.stderr  # its own asserts held
@@ -210,6 +222,20 @@ def test_the_session_flags_example(tmp_path: Path, isolated_home: Path) -> None:
     assert result.returncode == 0, result.stderr  # its own asserts held
     with SessionDB(isolated_home / "state.db") as db:
         assert [db.get_session(s)["archived"] for s in ("root", "tip")] == [1, 1]  # type: ignore[index]
+
+
+def test_the_messages_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.append_messages_batch(\n        "m1",'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.message_count("m1") == 2
+
+
+def test_the_session_listing_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('list_sessions_rich(source="cli", limit=20)'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
+    with SessionDB(isolated_home / "state.db") as db:
+        assert db.session_count() == 25
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

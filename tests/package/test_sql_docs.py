@@ -28,7 +28,7 @@ from sqlalchemy import String, bindparam, create_engine, literal_column, select
 from sqlalchemy.engine import URL
 from sqlalchemy.sql.elements import ClauseElement
 
-from hermes_state import SessionDB, plans, sql_docs, statements
+from hermes_state import CompressionSessionClosedError, SessionDB, plans, sql_docs, statements
 from hermes_state.engine import resolve_url, with_driver
 from hermes_state.plans import Plan
 from hermes_state.statements import Capabilities
@@ -270,6 +270,21 @@ def _after(setup: Callable[[SessionDB], object], call: Callable[[SessionDB], obj
     return example
 
 
+def _closed(call: Callable[[SessionDB], object]) -> Example:
+    """A call refused because compression closed the session "closed"."""
+
+    def example(db: SessionDB, _clock: HandClock) -> Callable[[], object]:
+        db.create_session("closed", "cli", ended_at=1.0, end_reason="compression")
+
+        def refused() -> None:
+            with pytest.raises(CompressionSessionClosedError):
+                call(db)
+
+        return refused
+
+    return example
+
+
 def _prompted(db: SessionDB) -> None:
     db.update_system_prompt("idle", "the old prompt")
 
@@ -278,6 +293,27 @@ def _usage(absolute: bool) -> Callable[[SessionDB], object]:
     return lambda db: db.update_token_counts(
         "idle", 10, 2, "m-2", billing_provider="p", api_call_count=1, absolute=absolute
     )
+
+
+def _anchored(call: Callable[[SessionDB, int], object]) -> Example:
+    """A call given the id of the message ``_state`` appended to the session "idle"."""
+
+    def example(db: SessionDB, _clock: HandClock) -> Callable[[], object]:
+        anchor = db.get_messages("idle")[0]["id"]
+        return lambda: call(db, anchor)
+
+    return example
+
+
+def _retired_bot_chat(db: SessionDB) -> None:
+    """A Bot Chat retired: hidden, titled "Bot Chat", archived."""
+    db.set_session_title("failed", "Bot Chat")
+    db.set_session_hidden("failed", True)
+    db.set_session_archived("failed", True)
+
+
+def _claim_bot_chat(db: SessionDB) -> object:
+    return db.set_session_title("idle", "Bot Chat")
 
 
 #: A call of every operation of the catalog, by its slug, made on the state :func:`_state`
@@ -363,15 +399,55 @@ EXAMPLES: dict[str, Example] = {
         lambda db: db.list_sessions(source="cli", handoff_state="pending", since=0.0, limit=10)
     ),
     "get_session": _now(lambda db: db.get_session("idle")),
-    "session_count": _now(lambda db: db.session_count()),
-    "session_count.by_source": _now(lambda db: db.session_count("cli")),
     "message_count": _now(lambda db: db.message_count()),
     "message_count.session": _now(lambda db: db.message_count("idle")),
     "set_session_title": _now(lambda db: db.set_session_title("idle", "a title")),
+    "set_session_title.segment": _after(
+        lambda db: db.set_session_title("root", "a title"),
+        lambda db: db.set_session_title("seg", "a title"),
+    ),
+    "set_session_title.retired": _after(_retired_bot_chat, _claim_bot_chat),
     "get_session_title": _now(lambda db: db.get_session_title("idle")),
+    "set_auto_title": _now(lambda db: db.set_auto_title("idle", "a title", source="llm")),
+    "get_session_title_source": _now(lambda db: db.get_session_title_source("idle")),
+    "set_session_title_source": _after(
+        lambda db: db.set_session_title("idle", "a title"),
+        lambda db: db.set_session_title_source("idle", "llm"),
+    ),
     "get_session_by_title": _now(lambda db: db.get_session_by_title("a title")),
     "resolve_session_by_title": _now(lambda db: db.resolve_session_by_title("a title")),
     "get_next_title_in_lineage": _now(lambda db: db.get_next_title_in_lineage("a title #2")),
+    "list_sessions_rich": _now(lambda db: db.list_sessions_rich()),
+    "list_sessions_rich.filtered": _now(
+        lambda db: db.list_sessions_rich(
+            source="cli",
+            exclude_sources=["tool"],
+            session_key="agent:main:cli",
+            cwd_prefix="/work",
+            min_message_count=1,
+            include_pinned=True,
+        )
+    ),
+    "list_sessions_rich.by_activity": _now(
+        lambda db: db.list_sessions_rich(
+            order_by_last_active=True,
+            id_query="seg",
+            search_query="a-title",
+            include_children=True,
+            compact_rows=True,
+        )
+    ),
+    "session_count": _now(lambda db: db.session_count()),
+    "session_count.filtered": _now(
+        lambda db: db.session_count("cli", exclude_children=True, include_archived=True)
+    ),
+    "session_count.own": _now(lambda db: db.session_count(scope="own", requester_user_id=42)),
+    "session_count_ge": _now(lambda db: db.session_count_ge(2)),
+    "session_count_by_source": _now(lambda db: db.session_count_by_source()),
+    "search_sessions": _now(lambda db: db.search_sessions()),
+    "search_sessions.filtered": _now(
+        lambda db: db.search_sessions(source=["cli", "tui"], workspace_key="/work")
+    ),
     "get_handoff_state": _now(lambda db: db.get_handoff_state("idle")),
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),
@@ -388,6 +464,32 @@ EXAMPLES: dict[str, Example] = {
     "delete_sessions": _now(lambda db: db.delete_sessions(["idle", "failed", "ghost"])),
     "get_meta": _now(lambda db: db.get_meta("last_auto_archive")),
     "set_meta": _now(lambda db: db.set_meta("last_auto_archive", "1700000000.0")),
+    # -- messages
+    "append_message.closed": _closed(lambda db: db.append_message("closed", "user", "late")),
+    "get_messages.paged": _now(lambda db: db.get_messages("idle", limit=10, offset=1)),
+    "get_messages.latest": _now(lambda db: db.get_messages("idle", limit=10, latest=True)),
+    "get_messages.after": _now(lambda db: db.get_messages("idle", limit=10, after_id=0)),
+    "get_messages.inactive": _now(lambda db: db.get_messages("idle", include_inactive=True)),
+    "get_messages.compacted": _now(lambda db: db.get_messages("idle", include_compacted=True)),
+    "get_messages_around": _anchored(lambda db, anchor: db.get_messages_around("idle", anchor, 2)),
+    "get_messages_as_conversation": _now(lambda db: db.get_messages_as_conversation("idle")),
+    "get_messages_as_conversation.ancestors": _now(
+        lambda db: db.get_messages_as_conversation("seg", include_ancestors=True)
+    ),
+    "clear_session_messages": _now(lambda db: db.clear_session_messages("idle")),
+    "clear_session_messages.keep_last_n": _now(
+        lambda db: db.clear_session_messages("idle", keep_last_n=1)
+    ),
+    "clear_session_messages.before_timestamp": _now(
+        lambda db: db.clear_session_messages("idle", before_timestamp=0.0)
+    ),
+    "rewind_to_message": _anchored(lambda db, anchor: db.rewind_to_message("idle", anchor)),
+    "rewind_to_message.expected": _anchored(
+        lambda db, anchor: db.rewind_to_message("idle", anchor, expected_active_ids=[anchor])
+    ),
+    "append_messages_batch": _now(
+        lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
+    ),
 }
 
 

@@ -8,6 +8,7 @@ assigns its class to a variable of its Protocol's type under ``TYPE_CHECKING``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import subprocess
@@ -246,6 +247,10 @@ SAMPLES: dict[str, Any] = {
     "session_id_or_prefix": "s-",
     "key": "last_auto_archive",
     "value": "1700000000.0",
+    # -- messages
+    "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+    "around_message_id": 1,
+    "target_message_id": 1,
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {
@@ -262,22 +267,45 @@ DIFFERENT = {"handoff_change_token"}  # None: there is no file whose commits it 
 LIFE_CYCLE = {"close", "__aenter__", "__aexit__"}
 
 
-def sample_arguments(name: str) -> list[Any]:
-    arguments = []
-    for parameter in inspect.signature(methods(AsyncStore)[name]).parameters.values():
-        if parameter.name == "self" or parameter.default is not inspect.Parameter.empty:
-            continue
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            continue
+@dataclasses.dataclass(frozen=True)
+class Arguments:
+    """A call's arguments: by position, and the keyword-only ones by name."""
+
+    positional: list[Any]
+    named: dict[str, Any]
+
+    def call(self, store: Any, name: str) -> Any:
+        return getattr(store, name)(*self.positional, **self.named)
+
+
+def _required(name: str) -> list[inspect.Parameter]:
+    """The parameters of ``name`` a call must give (no default, no ``*args``/``**kwargs``)."""
+    return [
+        p
+        for p in inspect.signature(methods(AsyncStore)[name]).parameters.values()
+        if p.name != "self" and p.default is inspect.Parameter.empty
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def _arguments(parameters: list[inspect.Parameter], values: dict[str, Any]) -> Arguments:
+    positional = [values[p.name] for p in parameters if p.kind is not p.KEYWORD_ONLY]
+    named = {p.name: values[p.name] for p in parameters if p.kind is p.KEYWORD_ONLY}
+    return Arguments(positional, named)
+
+
+def sample_arguments(name: str) -> Arguments:
+    required = _required(name)
+    for parameter in required:
         assert parameter.name in SAMPLES, f"add a sample value for {name}'s {parameter.name}"
-        arguments.append(SAMPLES[parameter.name])
-    return arguments
+    return _arguments(required, SAMPLES)
 
 
-async def outcome(store: Any, name: str, arguments: list[Any]) -> tuple[str, Any]:
-    """What ``store.name(*arguments)`` returned, or the class of the error it raised."""
+async def outcome(store: Any, name: str, arguments: Arguments) -> tuple[str, Any]:
+    """What ``store.name(...)`` returned with ``arguments``, or the class of the error it
+    raised."""
     try:
-        return ("returned", await getattr(store, name)(*arguments))
+        return ("returned", await arguments.call(store, name))
     except HermesStateError as exc:
         return ("raised", type(exc))
 
@@ -305,7 +333,7 @@ async def test_the_absent_store_answers_as_an_empty_database_and_creates_nothing
     assert await absent.handoff_change_token() is None
     for name in sorted(WRITES):
         with pytest.raises(DatabaseUnavailableError, match="there is no database at"):
-            await getattr(absent, name)(*sample_arguments(name))
+            await sample_arguments(name).call(absent, name)
     async with absent as same:
         assert same is absent
     assert not missing.parent.exists()
@@ -318,7 +346,7 @@ async def test_what_the_absent_store_refuses_is_what_would_write(name: str, tmp_
     async with NativeAsyncSessionDB(url_file) as empty:
         await empty.last_handoff_event_id()  # the file exists, migrated, empty
         before = database_digest(empty.url)
-        await getattr(empty, name)(*sample_arguments(name))
+        await sample_arguments(name).call(empty, name)
         assert database_digest(empty.url) != before
 
 
@@ -335,21 +363,18 @@ BAD = {
     "session_id_or_prefix": 7,
     "key": " ",
     "value": 7,
+    # -- messages
+    "messages": "not a list",
 }
 
 
-def with_bad_input(name: str) -> list[Any] | None:
+def with_bad_input(name: str) -> Arguments | None:
     """Sample arguments with every parameter that has a wrong value in BAD given it; None
     when the method takes none of them."""
-    required = [
-        p
-        for p in inspect.signature(methods(AsyncStore)[name]).parameters.values()
-        if p.name != "self" and p.default is inspect.Parameter.empty
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
+    required = _required(name)
     if not any(p.name in BAD for p in required):
         return None
-    return [BAD.get(p.name, SAMPLES[p.name]) for p in required]
+    return _arguments(required, {**SAMPLES, **BAD})
 
 
 @pytest.mark.asyncio

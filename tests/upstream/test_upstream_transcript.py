@@ -134,7 +134,6 @@ def test_counters_move_exactly_as_upstream_moves_them(store: SessionDB) -> None:
 def test_a_refused_append_writes_nothing(store: SessionDB) -> None:
     store.create_session(SID, "cli")
     bad: list[dict[str, Any]] = [
-        {"tool_calls": "not json"},
         {"tool_calls": [object()]},
         {"display_metadata": [1, 2]},
         {"display_metadata": "[1, 2]"},
@@ -210,7 +209,7 @@ async def test_the_native_async_store_reads_and_writes_the_same(backend_url: URL
             rewind(sync_store, third)
             transcript = await native.get_messages(SID)
             with pytest.raises(InvalidInputError):
-                await native.append_message(SID, "assistant", "x", tool_calls="not json")
+                await native.append_message(SID, "assistant", "x", reasoning="nul\x00inside")
         assert transcript == sync_store.get_messages(SID)
         assert [m["id"] for m in transcript] == [first, second]
         assert transcript[1] == expected_row(second)
@@ -231,11 +230,15 @@ def test_create_session_takes_upstreams_model_config_and_prompt(store: SessionDB
         ).all()
     )
     stored = {sid: (cfg and json.loads(cfg), prompt, count) for sid, cfg, prompt, count in rows}
+    # The prompt is kept in system_prompts by its hash, as upstream keeps it since schema 25.
     assert stored == {
-        SID: (config, "You are Hermes.", 0),
+        SID: (config, None, 0),
         "empty": (None, None, 0),
         "from-json": (config, None, 0),
     }
+    session = store.get_session(SID)
+    assert session is not None
+    assert session["system_prompt"] == "You are Hermes."
 
 
 @pytest.mark.asyncio

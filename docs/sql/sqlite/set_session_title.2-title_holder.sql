@@ -1,6 +1,6 @@
 -- statements.title_holder(), sent by set_session_title(session_id, title)
--- SQLite (pysqlite): step 2 of 3, when a title is given: no other session may hold it.
+-- SQLite (pysqlite): step 2 of 3, when a title is given: another session holding it.
 
-SELECT sessions.id
+SELECT sessions.id, sessions.archived, sessions.hidden
 FROM sessions
 WHERE sessions.title = :title AND sessions.id != :session_id;

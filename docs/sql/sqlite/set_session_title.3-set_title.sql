@@ -1,6 +1,7 @@
 -- statements.set_title(), sent by set_session_title(session_id, title)
--- SQLite (pysqlite): step 3 of 3.
+-- SQLite (pysqlite): step 3 of 3, only if the title is still what was read.
 
 UPDATE sessions
 SET title=:title, title_source=:title_source
-WHERE sessions.id = :session_id;
+WHERE sessions.id = :session_id AND sessions.title IS :seen_title
+    AND sessions.title_source IS :seen_source;

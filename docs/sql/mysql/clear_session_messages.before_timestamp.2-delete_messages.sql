@@ -1,0 +1,5 @@
+-- statements.delete_messages(before_timestamp=True), sent by clear_session_messages(session_id, before_timestamp=when)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 2 of 5.
+
+DELETE FROM messages
+WHERE messages.session_id = :session_id AND messages.timestamp < :before;

@@ -1,0 +1,6 @@
+-- statements.set_message_counters(touched=True), sent by clear_session_messages(session_id, keep_last_n=n)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 5 of 6, when messages are left.
+
+UPDATE sessions
+SET message_count=:message_count, tool_call_count=:tool_call_count, last_activity_at=:now
+WHERE sessions.id = :session_id;

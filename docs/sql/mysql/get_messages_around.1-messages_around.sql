@@ -1,0 +1,8 @@
+-- statements.messages_around(before=True), sent by get_messages_around(session_id, around_message_id, window)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 1 of 2.
+
+SELECT *
+FROM messages
+WHERE messages.session_id = :session_id AND messages.id <= :around_message_id
+ORDER BY messages.id DESC
+LIMIT :limit;

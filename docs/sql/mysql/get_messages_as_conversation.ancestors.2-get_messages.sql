@@ -1,0 +1,7 @@
+-- statements.get_messages(visibility=Visibility.LIVE), sent by get_messages_as_conversation(session_id, include_ancestors=True)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 2 of 2, once per session of the lineage.
+
+SELECT *
+FROM messages
+WHERE messages.session_id = :session_id AND messages.active = 1
+ORDER BY messages.id;

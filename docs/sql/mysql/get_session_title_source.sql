@@ -1,0 +1,6 @@
+-- statements.title_state(), sent by get_session_title_source(session_id)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): the operation's one statement.
+
+SELECT sessions.title, sessions.title_source, sessions.hidden
+FROM sessions
+WHERE sessions.id = :session_id;

@@ -1,0 +1,6 @@
+-- statements.live_tool_calls(), sent by rewind_to_message(session_id, target_message_id, expected_active_ids=ids)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 6 of 8.
+
+SELECT messages.tool_calls
+FROM messages
+WHERE messages.session_id = :session_id AND messages.active = 1 AND messages.tool_calls IS NOT NULL;

@@ -1,6 +1,0 @@
--- statements.get_title(), sent by set_session_title(session_id, title)
--- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 1 of 3, the session must exist.
-
-SELECT sessions.title
-FROM sessions
-WHERE sessions.id = :session_id;

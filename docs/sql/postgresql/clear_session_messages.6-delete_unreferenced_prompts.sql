@@ -1,0 +1,13 @@
+-- statements.delete_unreferenced_prompts(), sent by clear_session_messages(session_id)
+-- PostgreSQL (psycopg): step 6 of 6.
+
+DELETE FROM system_prompts
+WHERE NOT (EXISTS (
+  SELECT sessions.id
+  FROM sessions
+  WHERE sessions.system_prompt_hash = system_prompts.hash
+)) AND NOT (EXISTS (
+  SELECT sessions.id
+  FROM sessions
+  WHERE sessions.tool_names = system_prompts.hash
+));

@@ -1,0 +1,10 @@
+-- statements.nth_newest_message(), sent by clear_session_messages(session_id, keep_last_n=n)
+-- PostgreSQL (psycopg): step 2 of 6.
+-- Parameters the statement carries: :param_1 = 1.
+
+SELECT messages.id
+FROM messages
+WHERE messages.session_id = :session_id::VARCHAR
+ORDER BY messages.id DESC
+LIMIT :param_1::INTEGER
+OFFSET :skip::INTEGER;

@@ -1,0 +1,5 @@
+-- statements.delete_messages(before_id=True), sent by clear_session_messages(session_id, keep_last_n=n)
+-- PostgreSQL (psycopg): step 3 of 6, when there are more.
+
+DELETE FROM messages
+WHERE messages.session_id = :session_id::VARCHAR AND messages.id < :before_id::INTEGER;

@@ -1,0 +1,7 @@
+-- statements.get_messages(visibility=Visibility.ALL), sent by get_messages(session_id, include_inactive=True)
+-- PostgreSQL (psycopg): the operation's one statement.
+
+SELECT *
+FROM messages
+WHERE messages.session_id = :session_id::VARCHAR
+ORDER BY messages.id;

@@ -1,0 +1,8 @@
+-- statements.rewind_from(), sent by rewind_to_message(session_id, target_message_id, expected_active_ids=ids)
+-- PostgreSQL (psycopg): step 4 of 8.
+-- Parameters the statement carries: :active = 0.
+
+UPDATE messages
+SET active=:active::INTEGER
+WHERE messages.session_id = :rewound_session::VARCHAR AND messages.active = 1
+    AND messages.id >= :message_id::INTEGER;

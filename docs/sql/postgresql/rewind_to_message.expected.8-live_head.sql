@@ -1,0 +1,6 @@
+-- statements.live_head(), sent by rewind_to_message(session_id, target_message_id, expected_active_ids=ids)
+-- PostgreSQL (psycopg): step 8 of 8.
+
+SELECT max(messages.id) AS head
+FROM messages
+WHERE messages.session_id = :session_id::VARCHAR AND messages.active = 1;

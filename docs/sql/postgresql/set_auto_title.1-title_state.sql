@@ -1,0 +1,6 @@
+-- statements.title_state(), sent by set_auto_title(session_id, title, source=...)
+-- PostgreSQL (psycopg): step 1 of 3, the session must exist (and its title may change).
+
+SELECT sessions.title, sessions.title_source, sessions.hidden
+FROM sessions
+WHERE sessions.id = :session_id::VARCHAR;

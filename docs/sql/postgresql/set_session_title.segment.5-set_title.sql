@@ -1,0 +1,8 @@
+-- statements.set_title(), sent by set_session_title(session_id, title), the title held by an earlier compression segment of the session
+-- PostgreSQL (psycopg): step 5 of 5, only if the title is still what was read.
+
+UPDATE sessions
+SET title=:title::VARCHAR, title_source=:title_source::VARCHAR
+WHERE sessions.id = :session_id::VARCHAR AND sessions.title IS NOT DISTINCT
+FROM :seen_title::VARCHAR AND sessions.title_source IS NOT DISTINCT
+FROM :seen_source::VARCHAR;

@@ -1,5 +1,0 @@
--- statements.delete_session_usage(), sent by delete_sessions(session_ids)
--- SQLite (pysqlite): step 7 of 10, once per session deleted (with its delegate runs).
-
-DELETE FROM session_model_usage
-WHERE session_model_usage.session_id = :session_id;

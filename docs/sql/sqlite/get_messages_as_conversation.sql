@@ -1,0 +1,7 @@
+-- statements.get_messages(visibility=Visibility.LIVE), sent by get_messages_as_conversation(session_id)
+-- SQLite (pysqlite): the operation's one statement.
+
+SELECT *
+FROM messages
+WHERE messages.session_id = :session_id AND messages.active = 1
+ORDER BY messages.id;

@@ -1,0 +1,7 @@
+-- statements.rewind_from(), sent by rewind_to_message(session_id, target_message_id)
+-- SQLite (pysqlite): step 3 of 7.
+-- Parameters the statement carries: :active = 0.
+
+UPDATE messages
+SET active=:active
+WHERE messages.session_id = :rewound_session AND messages.active = 1 AND messages.id >= :message_id;

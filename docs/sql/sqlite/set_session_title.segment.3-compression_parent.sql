@@ -1,0 +1,7 @@
+-- statements.compression_parent(), sent by set_session_title(session_id, title), the title held by an earlier compression segment of the session
+-- SQLite (pysqlite): step 3 of 5, once, and once more per step up the session's compression lineage.
+
+SELECT parent.id
+FROM sessions AS child
+JOIN sessions AS parent ON parent.id = child.parent_session_id
+WHERE child.id = :session_id AND parent.end_reason = 'compression';
