@@ -116,11 +116,13 @@ QUICK: Final = Settings(
 
 # -- the writes --------------------------------------------------------------------------------
 
-Call = Callable[[SessionDB, str, int], object]
+#: ``call(store, session id, argument)``: the argument is the call's own (a prompt, a title),
+#: built before timing by the write's ``argument(index)``, as a caller holds it.
+Call = Callable[[SessionDB, str, Any], object]
 
 
-def _tool_calls(k: int) -> list[dict[str, Any]]:
-    return [{**call, "id": str(call["id"]).format(k=k)} for call in TOOL_CALLS]
+def _no_argument(_index: int) -> None:
+    return None
 
 
 def _created(session_id: str, result: object) -> bool:
@@ -141,69 +143,85 @@ def _message_id(_session_id: str, result: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One phase of a round: ``call(store, session id, index)`` and the result it must give.
-
-    ``documented`` is the operation's name in :data:`hermes_state.sql_docs.OPERATIONS` (with
-    its variant: ``update_token_counts.absolute``)."""
+    """One phase of a round: ``call(store, session id, argument(index))`` and the result it
+    must give. ``documented`` is the operation's name in
+    :data:`hermes_state.sql_docs.OPERATIONS` (with its variant: ``update_token_counts.absolute``).
+    """
 
     case: str
     documented: str
     call: Call
     succeeded: Callable[[str, object], bool]
+    argument: Callable[[int], Any] = _no_argument
 
 
-def _create(store: SessionDB, session_id: str, k: int) -> object:
-    return store.create_session(
-        session_id,
-        SOURCE,
-        model="anthropic/claude-sonnet-4",
-        model_config={"max_iterations": 90, "reasoning_effort": "medium"},
-        user_id=f"user-{k}",
-        session_key=f"agent:main:telegram:dm:{k}",
-        chat_id=str(100_000 + k),
-        chat_type="dm",
-        display_name=f"User {k}",
-        cwd="/home/hermes/work",
-    )
+def _new_session(k: int) -> dict[str, Any]:
+    """A gateway's ``create_session`` fields for the ``k``-th session of a round."""
+    return {
+        "model": "anthropic/claude-sonnet-4",
+        "model_config": {"max_iterations": 90, "reasoning_effort": "medium"},
+        "user_id": f"user-{k}",
+        "session_key": f"agent:main:telegram:dm:{k}",
+        "chat_id": str(100_000 + k),
+        "chat_type": "dm",
+        "display_name": f"User {k}",
+        "cwd": "/home/hermes/work",
+    }
 
 
-def _upsert(store: SessionDB, session_id: str, k: int) -> object:
-    return store.create_session(
-        session_id,
-        SOURCE,
-        model="anthropic/claude-sonnet-4",
-        user_id=f"user-{k}",
-        thread_id=f"thread-{k}",
-        git_branch="main",
-    )
+def _again(k: int) -> dict[str, Any]:
+    """The fields of a second ``create_session`` of the same id (what is set stays)."""
+    return {
+        "model": "anthropic/claude-sonnet-4",
+        "user_id": f"user-{k}",
+        "thread_id": f"thread-{k}",
+        "git_branch": "main",
+    }
+
+
+def _tool_calls(k: int) -> list[dict[str, Any]]:
+    return [{**call, "id": str(call["id"]).format(k=k)} for call in TOOL_CALLS]
 
 
 #: One round, in order: every phase relies on the state the previous ones left.
 WRITES: Final[tuple[Write, ...]] = (
-    Write("create_session (new id)", "create_session", _create, _created),
-    Write("create_session (existing id: upsert)", "create_session", _upsert, _created),
+    Write(
+        "create_session (new id)",
+        "create_session",
+        lambda s, sid, fields: s.create_session(sid, SOURCE, **fields),
+        _created,
+        _new_session,
+    ),
+    Write(
+        "create_session (existing id: upsert)",
+        "create_session",
+        lambda s, sid, fields: s.create_session(sid, SOURCE, **fields),
+        _created,
+        _again,
+    ),
     Write(
         "ensure_session (existing id)",
         "create_session",
-        lambda s, sid, _k: s.ensure_session(sid, SOURCE, model="anthropic/claude-sonnet-4"),
+        lambda s, sid, _arg: s.ensure_session(sid, SOURCE, model="anthropic/claude-sonnet-4"),
         _created,
     ),
     Write(
         "update_system_prompt",
         "update_system_prompt",
-        lambda s, sid, k: s.update_system_prompt(sid, PROMPT.format(k=k)),
+        lambda s, sid, prompt: s.update_system_prompt(sid, prompt),
         _none,
+        lambda k: PROMPT.format(k=k),
     ),
     Write(
         "update_session_model",
         "update_session_model",
-        lambda s, sid, _k: s.update_session_model(sid, "openai/gpt-5", "openrouter"),
+        lambda s, sid, _arg: s.update_session_model(sid, "openai/gpt-5", "openrouter"),
         _none,
     ),
     Write(
         "update_token_counts (incremental)",
         "update_token_counts",
-        lambda s, sid, _k: s.update_token_counts(
+        lambda s, sid, _arg: s.update_token_counts(
             sid,
             input_tokens=1_200,
             output_tokens=340,
@@ -223,7 +241,7 @@ WRITES: Final[tuple[Write, ...]] = (
     Write(
         "update_token_counts (absolute)",
         "update_token_counts.absolute",
-        lambda s, sid, _k: s.update_token_counts(
+        lambda s, sid, _arg: s.update_token_counts(
             sid,
             input_tokens=5_400,
             output_tokens=1_900,
@@ -238,54 +256,67 @@ WRITES: Final[tuple[Write, ...]] = (
     Write(
         "append_message (text)",
         "append_message",
-        lambda s, sid, _k: s.append_message(sid, "user", TEXT),
+        lambda s, sid, _arg: s.append_message(sid, "user", TEXT),
         _message_id,
     ),
     Write(
         "append_message (tool_calls)",
         "append_message",
-        lambda s, sid, k: s.append_message(
+        lambda s, sid, calls: s.append_message(
             sid,
             "assistant",
             "Let me check the log.",
-            tool_calls=_tool_calls(k),
+            tool_calls=calls,
             finish_reason="tool_calls",
             token_count=42,
         ),
         _message_id,
+        _tool_calls,
     ),
     Write(
         "set_session_title",
         "set_session_title",
-        lambda s, sid, k: s.set_session_title(sid, f"Failing build on main #{k}"),
+        lambda s, sid, title: s.set_session_title(sid, title),
         _true,
+        lambda k: f"Failing build on main #{k}",
     ),
     Write(
         "set_session_archived",
         "set_session_archived",
-        lambda s, sid, _k: s.set_session_archived(sid, True),
+        lambda s, sid, _arg: s.set_session_archived(sid, True),
         _true,
     ),
     Write(
         "set_session_pinned",
         "set_session_pinned",
-        lambda s, sid, _k: s.set_session_pinned(sid, True),
+        lambda s, sid, _arg: s.set_session_pinned(sid, True),
         _true,
     ),
     Write(
         "set_meta",
         "set_meta",
-        lambda s, sid, k: s.set_meta(f"bench_cursor_{k}", sid),
+        lambda s, sid, key: s.set_meta(key, sid),
         _none,
+        lambda k: f"bench_cursor_{k}",
     ),
     Write(
         "end_session",
         "end_session",
-        lambda s, sid, _k: s.end_session(sid, "user_exit"),
+        lambda s, sid, _arg: s.end_session(sid, "user_exit"),
         _none,
     ),
-    Write("reopen_session", "reopen_session", lambda s, sid, _k: s.reopen_session(sid), _none),
-    Write("delete_session", "delete_session", lambda s, sid, _k: s.delete_session(sid), _true),
+    Write(
+        "reopen_session",
+        "reopen_session",
+        lambda s, sid, _arg: s.reopen_session(sid),
+        _none,
+    ),
+    Write(
+        "delete_session",
+        "delete_session",
+        lambda s, sid, _arg: s.delete_session(sid),
+        _true,
+    ),
 )
 
 
@@ -373,7 +404,7 @@ def _record(scratch: Path, ids: list[str]) -> dict[str, list[_Recorded]]:
             documented = _documented(write.documented, caps)
             recorded[write.case] = []
             for k, session_id in enumerate(ids):
-                write.call(recorder, session_id, k)
+                write.call(recorder, session_id, write.argument(k))
                 plan = recorder.plans.pop()
                 statements, result = _replay(connection, plan, caps, dialect)
                 if not write.succeeded(session_id, result):
@@ -425,10 +456,11 @@ def _runner_batch(store: SessionDB, write: Write, calls: list[_Recorded]) -> Bat
 
 def _store_batch(store: SessionDB, write: Write, ids: list[str]) -> Batch:
     call, succeeded, case = write.call, write.succeeded, write.case
+    calls = [(session_id, write.argument(k)) for k, session_id in enumerate(ids)]
 
     def batch() -> None:
-        for k, session_id in enumerate(ids):
-            result = call(store, session_id, k)
+        for session_id, argument in calls:
+            result = call(store, session_id, argument)
             if not succeeded(session_id, result):
                 raise _unexpected(STORE, case, session_id, result)
 
@@ -454,7 +486,7 @@ def _make_template(path: Path, size: int) -> None:
     fixtures.copy_sqlite(fixtures.sqlite_transcripts(size), path)
     with SessionDB(path) as store:
         for k, session_id in enumerate(_read_ids(READ_TARGETS)):
-            _create(store, session_id, k)
+            store.create_session(session_id, SOURCE, **_new_session(k))
             for n in range(TRANSCRIPT):
                 role = "user" if n % 2 == 0 else "assistant"
                 store.append_message(session_id, role, f"{TEXT} (turn {n})")
@@ -572,7 +604,7 @@ def _run_writes(folder: Path, template: Path, size: int, settings: Settings) -> 
 # -- the reads, both sizes in the same rounds --------------------------------------------------
 
 
-def _no_argument(_store: SessionDB, _session_id: str) -> None:
+def _nothing_to_prepare(_store: SessionDB, _session_id: str) -> None:
     return None
 
 
@@ -584,7 +616,7 @@ class Read:
     case: str
     call: Callable[[SessionDB, str, Any], object]
     right: Callable[[str, object], bool]
-    prepare: Callable[[SessionDB, str], Any] = _no_argument
+    prepare: Callable[[SessionDB, str], Any] = _nothing_to_prepare
 
 
 def _transcript_right(_session_id: str, result: object) -> bool:
@@ -641,7 +673,7 @@ def _reads(store: SessionDB) -> list[Read]:
         reads.append(
             Read(
                 "list_sessions_rich(limit=20)",
-                lambda s, _sid, _arg: s.list_sessions_rich(limit=20),  # type: ignore[attr-defined]
+                lambda s, _sid, _arg: s.list_sessions_rich(limit=20),
                 lambda _sid, result: isinstance(result, list) and len(result) == 20,
             )
         )
@@ -649,7 +681,7 @@ def _reads(store: SessionDB) -> list[Read]:
         reads.append(
             Read(
                 f"get_messages_around (window {WINDOW})",
-                lambda s, sid, anchor: s.get_messages_around(sid, anchor, WINDOW),  # type: ignore[attr-defined]
+                lambda s, sid, anchor: s.get_messages_around(sid, anchor, WINDOW),
                 _window_right,
                 _middle_message,
             )
