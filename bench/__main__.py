@@ -26,6 +26,7 @@ from .fixtures import MYSQL_URL_ENVS, PG_URL_ENVS, cleanup
 
 BENCHMARKS: Final = (
     "write_path",
+    "store_writes",
     "poll_cost",
     "loop_lag",
     "claims",

@@ -53,6 +53,7 @@ __all__ = [
     "session_ids",
     "skipping",
     "sqlite_sessions",
+    "sqlite_transcripts",
 ]
 
 #: Where ``python -m bench`` runs from; children run there too, so ``bench`` is importable.
@@ -67,6 +68,7 @@ _EPOCH: Final = 1_767_225_600.0  # 2026-01-01
 _lock = threading.Lock()
 _folder: tempfile.TemporaryDirectory[str] | None = None
 _templates: dict[int, Path] = {}
+_transcripts: dict[int, Path] = {}
 
 
 def scratch() -> Path:
@@ -87,6 +89,7 @@ def cleanup() -> None:
             _folder.cleanup()
             _folder = None
         _templates.clear()
+        _transcripts.clear()
 
 
 def session_id(index: int) -> str:
@@ -136,6 +139,36 @@ def sqlite_sessions(size: int) -> Path:
         connection.close()
     with _lock:
         _templates[size] = path
+    return path
+
+
+def sqlite_transcripts(size: int) -> Path:
+    """:func:`sqlite_sessions` with one message in every session (cached): a messages table
+    as large as the sessions table, indexed for full-text search by the store's own triggers
+    as it is filled. The file is shared: copy it before changing it."""
+    with _lock:
+        cached = _transcripts.get(size)
+    if cached is not None:
+        return cached
+    path = copy_sqlite(sqlite_sessions(size), scratch() / f"transcripts-{size}.db")
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA synchronous = OFF")
+        connection.execute("BEGIN")
+        connection.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+            (
+                (session_id(index), "user", f"hello from session {index}", _EPOCH + index)
+                for index in range(size)
+            ),
+        )
+        connection.execute("UPDATE sessions SET message_count = 1")
+        connection.execute("COMMIT")
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+    with _lock:
+        _transcripts[size] = path
     return path
 
 
