@@ -385,7 +385,9 @@ def is_retryable(exc: BaseException) -> bool:
     driver = _driver_error(exc)
     if isinstance(driver, ConcurrentChangeError):
         return True
-    if isinstance(driver, DatabaseBusyError):
+    if isinstance(driver, HermesStateError):
+        # The package's own verdict (a lost turn lease, a closed session, patience run out as
+        # DatabaseBusyError): final, even when its text quotes an id that reads like contention.
         return False
     said = _said(driver)
     if said is not None and said.kind is not None:

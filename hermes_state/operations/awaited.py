@@ -73,6 +73,12 @@ class AsyncOperations(AsyncSessionOperations):
         docs/library.md). The session's ``message_count`` and ``tool_call_count`` move in the
         same transaction. A session compression ended (``ended_at`` set, ``end_reason =
         'compression'``) takes no more messages: ``CompressionSessionClosedError``.
+
+        With ``turn_lease_holder`` (and ``turn_lease_ttl_seconds``, default 300), the write is
+        fenced on the conversation's turn lease, checked in its own transaction: if no lease
+        row exists, or another holder has it, ``SessionTurnLeaseLostError`` is raised at once
+        (never retried) and nothing is written; the holder's own lease, expired but not taken
+        over, is extended to now + ttl (at least 0.1 s). A live lease is not extended.
         """
         return await self._run(
             self._plans.append_message(session_id=session_id, role=role, content=content, **fields)

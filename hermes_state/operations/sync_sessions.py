@@ -299,8 +299,9 @@ class SyncSessionOperations:
         before. An unknown session raises ``UnknownSessionError``, one compression ended
         ``CompressionSessionClosedError``. ``chunk_rows`` is accepted
         and checked, but the batch stays one transaction; ``compression_lock_holder`` changes
-        nothing (upstream's appends never wait for a compression); ``turn_lease_holder`` is
-        refused until fenced writes exist.
+        nothing (upstream's appends never wait for a compression). ``turn_lease_holder`` /
+        ``turn_lease_ttl_seconds`` fence the batch as in ``append_message``, checked once
+        before any row (an empty list is not fenced).
         """
         return self._run(
             self._plans.append_messages_batch(

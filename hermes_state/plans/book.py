@@ -57,6 +57,7 @@ from .turn_leases import (
     _refresh_turns,
     _release_turn,
     _release_turns,
+    turn_fence,
 )
 
 
@@ -88,17 +89,25 @@ class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans, MessagePlans, Se
         self, session_id: object, role: object, content: object = None, **fields: object
     ) -> Plan[int]:
         """Append a live message with upstream's optional fields; the session's message and
-        tool-call counters move in the same transaction."""
+        tool-call counters move in the same transaction. With ``turn_lease_holder`` the write
+        is fenced on the conversation's turn lease (:func:`.turn_leases._hold_turn`)."""
+        session = require_identifier("session_id", session_id)
+        holder = fields.pop("turn_lease_holder", None)
+        ttl = fields.pop("turn_lease_ttl_seconds", 300.0)
+        turn = turn_fence(session, holder, ttl, self.clock())
         values, tool_calls, timestamp = require_message_fields(fields)
         params = {
             **values,
-            "session_id": require_identifier("session_id", session_id),
+            "session_id": session,
             "role": require_identifier("role", role, max_length=ROLE_LENGTH),
             "content": require_content(content),
             "now": self.clock() if timestamp is None else timestamp,
             "tool_calls_added": tool_calls,
         }
-        return Plan(_append_message, params, writes=True)
+        if turn is None:
+            return Plan(_append_message, params, writes=True)
+        # The fence reads before the insert: several statements, even on PostgreSQL.
+        return Plan(_append_message, params, turn, writes=True, single_statement=False)
 
     def get_messages(
         self,

@@ -38,6 +38,7 @@ from .transcript import (
     _transcript_entry,
     displayed_once,
 )
+from .turn_leases import _hold_turn, turn_fence
 
 #: How far apart upstream keeps the timestamps of a batch's messages that carry none (or the
 #: same one): each is at least this much after the one before, so they sort as they came.
@@ -47,8 +48,13 @@ MAX_ANCESTORS: Final = 100
 
 
 def _append_batch(
-    caps: Capabilities, rows: list[dict[str, Any]], totals: Mapping[str, Any]
+    caps: Capabilities,
+    rows: list[dict[str, Any]],
+    totals: Mapping[str, Any],
+    turn: Mapping[str, Any] | None,
 ) -> Body[int]:
+    if turn is not None:
+        yield from _hold_turn(turn)
     counted = yield Step(statements.count_appended_messages(), totals)
     if counted.rowcount == 0:
         yield from _refuse_append(totals["session_id"])
@@ -226,15 +232,6 @@ def _rewind(
     }
 
 
-def _no_turn_lease(turn_lease_holder: object) -> None:
-    """Writes fenced on a turn lease are not offered yet: refused rather than run unfenced."""
-    if turn_lease_holder is not None:
-        raise InvalidInputError(
-            "turn_lease_holder is not supported by this store yet; take the turn lease with "
-            "try_acquire_session_turn_lease and write without it"
-        )
-
-
 class MessagePlans:
     """The transcript operations of :class:`~hermes_state.plans.PlanBook` beyond one append
     and one read."""
@@ -255,10 +252,9 @@ class MessagePlans:
         session = require_identifier("session_id", session_id)
         if compression_lock_holder is not None:  # upstream's appends never wait for it
             require_identifier("compression_lock_holder", compression_lock_holder)
-        _no_turn_lease(turn_lease_holder)
         if chunk_rows is not None:
             require_count("chunk_rows", chunk_rows)
-        require_seconds("turn_lease_ttl_seconds", turn_lease_ttl_seconds)
+        turn = turn_fence(session, turn_lease_holder, turn_lease_ttl_seconds, self.clock())
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
             kind = type(messages).__name__
             raise InvalidInputTypeError(f"messages must be a list of message dicts, not {kind}")
@@ -286,7 +282,7 @@ class MessagePlans:
             "messages_added": len(rows),
             "tool_calls_added": tool_calls_added,
         }
-        return Plan(_append_batch, rows, totals, writes=True, single_statement=False)
+        return Plan(_append_batch, rows, totals, turn, writes=True, single_statement=False)
 
     def get_messages_around(
         self, session_id: object, around_message_id: object, window: object = 5

@@ -12,6 +12,7 @@ from ..content import decoded_content, from_server, to_server
 from ..errors import CompressionSessionClosedError, HermesStateError, UnknownSessionError
 from ..statements import Capabilities
 from .core import Body, Row, Step
+from .turn_leases import _hold_turn
 
 
 def _stored(caps: Capabilities, params: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -23,9 +24,13 @@ def _stored(caps: Capabilities, params: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**params, "content": to_server(content)}
 
 
-def _append_message(caps: Capabilities, params: Mapping[str, Any]) -> Body[int]:
+def _append_message(
+    caps: Capabilities, params: Mapping[str, Any], turn: Mapping[str, Any] | None = None
+) -> Body[int]:
     params = _stored(caps, params)
-    if caps.single_statement:
+    if turn is not None:  # fenced on the turn lease: the lineage walk, the lease, then the write
+        yield from _hold_turn(turn)
+    elif caps.single_statement:
         appended = yield Step(statements.append_message_counted(), params)
         row = appended.rows[0]
         if row["id"] is None:

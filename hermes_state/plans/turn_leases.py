@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import statements
-from ..errors import InvalidInputTypeError
+from ..errors import InvalidInputTypeError, SessionTurnLeaseLostError
 from ..statements import Capabilities
-from ..validation import require_seconds
-from .core import MAX_LINEAGE_DEPTH, Body, Step
+from ..validation import require_identifier, require_seconds
+from .core import MAX_LINEAGE_DEPTH, MIN_TURN_LEASE_SECONDS, Body, Step
 
 logger = logging.getLogger("hermes_state")
 
@@ -31,6 +31,38 @@ def _conversation(session_id: str) -> Body[str]:
         current = parent.rows[0]["id"]
         seen.add(current)
     return current
+
+
+def turn_fence(
+    session_id: str, holder: object, ttl_seconds: object, now: float
+) -> dict[str, Any] | None:
+    """The parameters of a transcript write's fence on its turn lease (:func:`_hold_turn`),
+    checked; None without a holder (None or empty, as upstream skips the fence then)."""
+    ttl = max(MIN_TURN_LEASE_SECONDS, require_seconds("turn_lease_ttl_seconds", ttl_seconds))
+    if holder is None or holder == "":
+        return None
+    return {
+        "session_id": session_id,
+        "lease_holder": require_identifier("turn_lease_holder", holder),
+        "now": now,
+        "lease_until": now + ttl,
+    }
+
+
+def _hold_turn(turn: Mapping[str, Any]) -> Body[None]:
+    """The fence of a transcript write, run in its transaction before it writes: refuse it
+    (:class:`SessionTurnLeaseLostError`) unless ``:lease_holder`` holds the conversation's
+    lease. Expired but still its own (nobody took it over), the lease is revived until
+    ``:lease_until``: an owner whose refresher starved keeps its turn, as upstream's does."""
+    session_id = turn["session_id"]
+    key = {"conversation": (yield from _conversation(session_id))}
+    held = yield Step(statements.turn_lease_holder(), key)
+    if not held.rows or held.rows[0]["holder"] != turn["lease_holder"]:
+        raise SessionTurnLeaseLostError(
+            f"Session turn lease lost; refusing transcript write for {session_id!r}"
+        )
+    if float(held.rows[0]["expires_at"]) <= turn["now"]:
+        yield Step(statements.refresh_turn_lease(), {**turn, **key})
 
 
 def _acquire_turn(caps: Capabilities, params: Mapping[str, Any]) -> Body[bool]:

@@ -51,6 +51,27 @@ def _append_batch(_caps: Capabilities) -> list[Sent]:
     ]
 
 
+def _fence() -> list[Sent]:
+    """A write fenced on its conversation's turn lease: the walk, the lease, and its revival."""
+    return [
+        sends(S.lineage_parent, note=PER_WALK),
+        sends(S.turn_lease_holder, note="another holder, or none: nothing is written"),
+        sends(S.refresh_turn_lease, note="when the holder's own lease expired"),
+    ]
+
+
+def _append_fenced(caps: Capabilities) -> list[Sent]:
+    return [
+        *_fence(),
+        sends(S.append_message, caps.insert_returning),
+        sends(S.count_appended_message),
+    ]
+
+
+def _append_batch_fenced(_caps: Capabilities) -> list[Sent]:
+    return [*_fence(), *_append_batch(_caps)]
+
+
 def _around(_caps: Capabilities) -> list[Sent]:
     return [
         sends(S.messages_around, True),
@@ -414,6 +435,20 @@ SESSION_OPERATIONS: Final[tuple[Operation, ...]] = (
         "",
         "append_messages_batch(session_id, messages)",
         _append_batch,
+    ),
+    _O(
+        _MESSAGES,
+        "append_message",
+        "fenced",
+        "append_message(session_id, role, content, turn_lease_holder=holder)",
+        _append_fenced,
+    ),
+    _O(
+        _MESSAGES,
+        "append_messages_batch",
+        "fenced",
+        "append_messages_batch(session_id, messages, turn_lease_holder=holder)",
+        _append_batch_fenced,
     ),
     _O(
         _MESSAGES,

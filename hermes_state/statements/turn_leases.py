@@ -90,11 +90,15 @@ def insert_turn_lease(dialect_name: str) -> Insert:
 
 
 @functools.cache
-def turn_lease_holder() -> Select[tuple[str]]:
-    """Who holds the conversation's lease now, read with a lock: on MariaDB a plain read would
-    answer from the transaction's snapshot, older than a rival's committed insert."""
+def turn_lease_holder() -> Select[tuple[str, float]]:
+    """Who holds the conversation's lease now, and until when, read with a lock: on MariaDB a
+    plain read would answer from the transaction's snapshot, older than a rival's committed
+    insert; on the servers the lock also keeps the row as read until the transaction ends (a
+    fenced append writes under it)."""
     return (
-        select(_t.holder).where(_t.conversation_id == bindparam("conversation")).with_for_update()
+        select(_t.holder, _t.expires_at)
+        .where(_t.conversation_id == bindparam("conversation"))
+        .with_for_update()
     )
 
 

@@ -240,8 +240,6 @@ def test_a_batch_failing_in_the_database_leaves_no_row(store: SessionDB) -> None
 def test_a_batch_refuses_what_it_cannot_honour(store: SessionDB) -> None:
     store.create_session("s", "cli")
     turn = a_turn()
-    with pytest.raises(InvalidInputError, match="turn_lease_holder"):
-        store.append_messages_batch("s", turn, turn_lease_holder="pid=1:turn=x")
     with pytest.raises(InvalidInputError):
         store.append_messages_batch("s", turn, chunk_rows=0)
     with pytest.raises(InvalidInputTypeError):

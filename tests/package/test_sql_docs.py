@@ -250,6 +250,17 @@ def _acquired(call: Callable[[SessionDB], object]) -> Example:
     return example
 
 
+def _expired_lease(call: Callable[[SessionDB], object]) -> Example:
+    """A write fenced on a lease its holder took and let expire (so it is revived)."""
+
+    def example(db: SessionDB, clock: HandClock) -> Callable[[], object]:
+        assert db.try_acquire_session_turn_lease("seg", "h", ttl_seconds=60.0) is True
+        clock.advance(120.0)
+        return lambda: call(db)
+
+    return example
+
+
 def _later(call: Callable[[SessionDB], object]) -> Example:
     def example(db: SessionDB, clock: HandClock) -> Callable[[], object]:
         clock.advance(120.0)  # past every claim lease
@@ -369,6 +380,15 @@ EXAMPLES: dict[str, Example] = {
     "preview_reclaim": _now(lambda db: db.preview_reclaim("stale")),
     "preview_reclaim.expired": _now(lambda db: db.preview_reclaim("expired")),
     "preview_reclaim.all": _now(lambda db: db.preview_reclaim("all")),
+    # The lease _acquired takes is on "seg"'s conversation, whose expiry the clock passes.
+    "append_message.fenced": _expired_lease(
+        lambda db: db.append_message("seg", "user", "hi", turn_lease_holder="h")
+    ),
+    "append_messages_batch.fenced": _expired_lease(
+        lambda db: db.append_messages_batch(
+            "seg", [{"role": "user", "content": "hi"}], turn_lease_holder="h"
+        )
+    ),
     "has_live_session_turn_lease": _acquired(lambda db: db.has_live_session_turn_lease("seg")),
     "try_acquire_session_turn_lease": _now(
         lambda db: db.try_acquire_session_turn_lease("seg", "h", ttl_seconds=60.0)

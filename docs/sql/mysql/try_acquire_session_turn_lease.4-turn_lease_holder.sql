@@ -1,7 +1,7 @@
 -- statements.turn_lease_holder(), sent by try_acquire_session_turn_lease(session_id, holder)
 -- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 4 of 4.
 
-SELECT session_turn_leases.holder
+SELECT session_turn_leases.holder, session_turn_leases.expires_at
 FROM session_turn_leases
 WHERE session_turn_leases.conversation_id = :conversation
 FOR UPDATE;

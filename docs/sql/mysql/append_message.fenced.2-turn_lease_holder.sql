@@ -1,0 +1,7 @@
+-- statements.turn_lease_holder(), sent by append_message(session_id, role, content, turn_lease_holder=holder)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 2 of 5, another holder, or none: nothing is written.
+
+SELECT session_turn_leases.holder, session_turn_leases.expires_at
+FROM session_turn_leases
+WHERE session_turn_leases.conversation_id = :conversation
+FOR UPDATE;

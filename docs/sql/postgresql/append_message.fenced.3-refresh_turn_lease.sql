@@ -1,0 +1,7 @@
+-- statements.refresh_turn_lease(), sent by append_message(session_id, role, content, turn_lease_holder=holder)
+-- PostgreSQL (psycopg): step 3 of 5, when the holder's own lease expired.
+
+UPDATE session_turn_leases
+SET expires_at=:lease_until
+WHERE session_turn_leases.conversation_id = :conversation::VARCHAR
+    AND session_turn_leases.holder = :lease_holder::VARCHAR;

@@ -1,0 +1,24 @@
+-- statements.append_message(returning=True), sent by append_message(session_id, role, content, turn_lease_holder=holder)
+-- PostgreSQL (psycopg): step 4 of 5.
+
+INSERT INTO messages (session_id, role, content, timestamp, tool_call_id, tool_calls, tool_name,
+    effect_disposition, token_count, finish_reason, reasoning, reasoning_content, reasoning_details,
+    codex_reasoning_items, codex_message_items, platform_message_id, observed, _compressed_summary,
+    api_content, display_kind, display_metadata, active)
+SELECT :session_id::VARCHAR AS anon_1, :role::VARCHAR AS anon_2, :content::VARCHAR AS anon_3,
+    :now AS anon_4, :tool_call_id::VARCHAR AS anon_5, :tool_calls::VARCHAR AS anon_6,
+    :tool_name::VARCHAR AS anon_7, :effect_disposition::VARCHAR AS anon_8,
+    :token_count::INTEGER AS anon_9, :finish_reason::VARCHAR AS anon_10,
+    :reasoning::VARCHAR AS anon_11, :reasoning_content::VARCHAR AS anon_12,
+    :reasoning_details::VARCHAR AS anon_13, :codex_reasoning_items::VARCHAR AS anon_14,
+    :codex_message_items::VARCHAR AS anon_15, :platform_message_id::VARCHAR AS anon_16,
+    :observed::INTEGER AS anon_17, :_compressed_summary::INTEGER AS anon_18,
+    :api_content::VARCHAR AS anon_19, :display_kind::VARCHAR AS anon_20,
+    :display_metadata::VARCHAR AS anon_21, 1
+WHERE EXISTS (
+  SELECT *
+  FROM sessions
+  WHERE sessions.id = :session_id::VARCHAR AND (sessions.ended_at IS NULL
+      OR sessions.end_reason IS NULL OR sessions.end_reason != 'compression')
+)
+RETURNING messages.id;

@@ -1,0 +1,6 @@
+-- statements.turn_lease_holder(), sent by append_messages_batch(session_id, messages, turn_lease_holder=holder)
+-- SQLite (pysqlite): step 2 of 5, another holder, or none: nothing is written.
+
+SELECT session_turn_leases.holder, session_turn_leases.expires_at
+FROM session_turn_leases
+WHERE session_turn_leases.conversation_id = :conversation;
