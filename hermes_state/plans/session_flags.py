@@ -6,6 +6,7 @@ import contextlib
 import glob
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -83,12 +84,30 @@ def prefix_pattern(prefix: str) -> str:
     return f"{escaped}%"
 
 
-def _resolve_id(_caps: Capabilities, given: str) -> Body[str | None]:
+def prefix_range(prefix: str) -> tuple[str, str] | None:
+    """SQLite: the ids its case-folding LIKE can match to ``prefix``, as ``[low, high)`` in its
+    binary order. LIKE folds ASCII letters only, and an upper-case letter sorts before its
+    lower-case one, so every match starts with a variant of the prefix between the variant in
+    capitals and the one in small letters; ``high`` is the successor of every id starting with
+    the latter. None when there is no such bound (an empty prefix)."""
+    if not prefix:
+        return None
+    low = "".join(c.upper() if "a" <= c <= "z" else c for c in prefix)
+    small = "".join(c.lower() if "A" <= c <= "Z" else c for c in prefix)
+    if small[-1] == chr(sys.maxunicode):
+        return None
+    return low, small[:-1] + chr(ord(small[-1]) + 1)
+
+
+def _resolve_id(caps: Capabilities, given: str) -> Body[str | None]:
     exact = yield Step(statements.session_exists(), {"session_id": given})
     if exact.rows:
         return str(exact.rows[0]["id"])
-    params = {"pattern": prefix_pattern(given), "limit": PREFIX_MATCHES}
-    matches = yield Step(statements.ids_with_prefix(), params)
+    params: dict[str, object] = {"pattern": prefix_pattern(given), "limit": PREFIX_MATCHES}
+    bounds = prefix_range(given) if caps.name == "sqlite" else None
+    if bounds is not None:
+        params["low"], params["high"] = bounds
+    matches = yield Step(statements.ids_with_prefix(bounds is not None), params)
     return str(matches.rows[0]["id"]) if len(matches.rows) == 1 else None
 
 

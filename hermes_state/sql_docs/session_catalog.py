@@ -154,10 +154,10 @@ def _pin(_caps: Capabilities) -> list[Sent]:
     ]
 
 
-def _resolve_id(_caps: Capabilities) -> list[Sent]:
+def _resolve_id(caps: Capabilities) -> list[Sent]:
     return [
         sends(S.session_exists),
-        sends(S.ids_with_prefix, note="when no session has exactly this id"),
+        sends(S.ids_with_prefix, caps.name == "sqlite", note="when no session has exactly this id"),
     ]
 
 

@@ -103,15 +103,15 @@ def session_exists() -> Select[tuple[Any]]:
 
 
 @functools.cache
-def ids_with_prefix() -> Select[tuple[Any]]:
+def ids_with_prefix(ranged: bool) -> Select[tuple[Any]]:
     """At most ``:limit`` ids matching ``:pattern`` (a LIKE prefix, escaped with
-    ``LIKE_ESCAPE``), newest first."""
-    return (
-        select(_c.id)
-        .where(_c.id.like(bindparam("pattern"), escape=LIKE_ESCAPE))
-        .order_by(_c.started_at.desc(), _c.id.desc())
-        .limit(bindparam("limit"))
-    )
+    ``LIKE_ESCAPE``), newest first. ``ranged`` (SQLite) also bounds the id to
+    ``[:low, :high)``, every id the LIKE can match (see ``plans.session_flags.prefix_range``),
+    so the primary key reaches them instead of a walk of every session."""
+    stmt = select(_c.id).where(_c.id.like(bindparam("pattern"), escape=LIKE_ESCAPE))
+    if ranged:
+        stmt = stmt.where(_c.id >= bindparam("low"), _c.id < bindparam("high"))
+    return stmt.order_by(_c.started_at.desc(), _c.id.desc()).limit(bindparam("limit"))
 
 
 @functools.cache

@@ -1,4 +1,4 @@
--- statements.ids_with_prefix(), sent by resolve_session_id(session_id_or_prefix)
+-- statements.ids_with_prefix(ranged=False), sent by resolve_session_id(session_id_or_prefix)
 -- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 2 of 2, when no session has exactly this id.
 
 SELECT sessions.id
