@@ -297,6 +297,7 @@ class _ThreadConnection:
             return
         self.closed = True
         try:
+            self.dbapi.row_factory = None
             if self.polled:
                 self.dbapi.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except Exception:
@@ -359,6 +360,9 @@ class SqliteThreadRunner(PooledRunner):
         holder: _ThreadConnection | None = getattr(self._local, "outside", None)
         if holder is None:
             holder = self._local.outside = self._open_for_thread(polled=False)
+            # Rows by name as well as by index, as upstream's own connection gives them (its
+            # callers read ``row["id"]``); reset before the connection goes back to the pool.
+            holder.dbapi.row_factory = sqlite3.Row
         return holder.dbapi
 
     def _drop_connection(self) -> None:

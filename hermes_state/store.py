@@ -276,6 +276,14 @@ class SessionDB(StoreSettings, SyncOperations):
         assert isinstance(runner, SqliteThreadRunner)
         return runner.thread_connection()
 
+    @_conn.setter
+    def _conn(self, value: None) -> None:
+        """``db._conn = None``, as upstream's code and tests close its connection under a
+        running store: the store is closed (its next call reopens it, with the warning)."""
+        if value is not None:
+            raise InvalidInputError("_conn can only be set to None (which closes the store)")
+        self.close()
+
     def _run(self, plan: Plan[T]) -> T:
         if plan.writes and self.read_only:
             raise self._refuse_write()

@@ -4,13 +4,14 @@ store does (a session torn down while a worker still flushes must not lose the f
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import URL
 
-from hermes_state import DatabaseError, SessionDB
+from hermes_state import DatabaseError, InvalidInputError, SessionDB
 
 WAIT = 60.0  # a safety net for a hung thread, never a synchronisation tool
 
@@ -38,6 +39,11 @@ def test_conn_is_none_once_closed(tmp_path: Path) -> None:
     assert db._conn is None
     db.create_session("s", "cli")  # reopens
     assert db._conn is not None
+    db._conn = None  # upstream's way of closing under a running store
+    assert db._conn is None
+    assert db.get_session("s") is not None  # reopened again
+    with pytest.raises(InvalidInputError):
+        db._conn = sqlite3.connect(":memory:")  # type: ignore[assignment]
     db.close()
 
 

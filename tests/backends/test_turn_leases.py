@@ -304,7 +304,8 @@ def test_conn_is_the_calling_threads_own_sqlite_connection(tmp_path: Path) -> No
         mine = db._conn
         assert isinstance(mine, sqlite3.Connection)
         assert db._conn is mine
-        assert mine.execute("SELECT id FROM sessions").fetchall() == [("s",)]
+        row = mine.execute("SELECT id FROM sessions").fetchone()
+        assert (row[0], row["id"]) == ("s", "s")  # by index and by name, as upstream's rows
         theirs: list[sqlite3.Connection] = []
         thread = threading.Thread(target=lambda: theirs.append(db._conn))
         thread.start()
