@@ -205,17 +205,21 @@ class SessionDB(StoreSettings, SyncOperations):
         return runner_type(engine, self._patience, self.where)
 
     def close(self) -> None:
-        """Close every connection the store holds (again: nothing to do), once the calls other
-        threads are making finish (for at most :data:`CLOSE_WAIT` seconds). A later call opens
+        """Close every connection the store holds (again: nothing to do); on SQLite once the
+        calls other threads are making finish (for at most :data:`CLOSE_WAIT` seconds: an
+        SQLite connection closed under another thread's statement can crash the process; a
+        server's busy connections are closed by their calls on return). A later call opens
         the database again, with a warning, as upstream's store does for a worker still
         flushing when its session was torn down; a read-only store refuses instead."""
         with self._reopening:
             runner, self._closed = self._runner, True
         me = threading.get_ident()
         with self._calls:
-            self._calls.wait_for(
-                lambda: all(t == me for t in self._in_flight.get(id(runner), [])), CLOSE_WAIT
-            )
+            if isinstance(runner, SqliteThreadRunner):
+                self._calls.wait_for(
+                    lambda: all(t == me for t in self._in_flight.get(id(runner), [])),
+                    CLOSE_WAIT,
+                )
             runner.close()
 
     def _enter_call(self) -> Runner:
@@ -291,6 +295,17 @@ class SessionDB(StoreSettings, SyncOperations):
         # operation's path, and a generator-based context manager costs about 1 µs a call
         # (bench/store_writes.py: a one-statement write takes 4-10 µs in SQLite itself).
         with self._lock:
+            runner = self._enter_call()
+            try:
+                return runner.run(plan)
+            except DatabaseError:
+                if runner is self._runner and not self._closed:
+                    raise
+            finally:
+                self._leave_call(runner)
+            # close() overtook the call (a server's store does not wait for its calls): its
+            # runner refused it before it reached a connection, so nothing committed, and it
+            # runs again, whole, on a runner of the reopened store.
             runner = self._enter_call()
             try:
                 return runner.run(plan)

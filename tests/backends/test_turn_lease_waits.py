@@ -122,7 +122,12 @@ def test_should_abort_ends_the_wait(any_store: SessionDB) -> None:
         asked.append(1)
         return len(asked) > 2
 
-    assert any_store.acquire_session_turn_lease("s", "second", should_abort=abort) is False
+    assert (
+        any_store.acquire_session_turn_lease(
+            "s", "second", should_abort=abort, poll_interval_seconds=0.01
+        )
+        is False
+    )
     assert len(asked) == 3
     assert any_store.acquire_session_turn_lease("s", "third", should_abort=lambda: True) is False
     assert any_store.try_acquire_session_turn_lease("s", "first") is True  # never taken
