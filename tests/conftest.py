@@ -76,13 +76,29 @@ SERVER_REPEATS = frozenset(
     }
 )
 SERVERS = frozenset({"postgresql", "mysql"})
+#: Modules of upstream's session and message operations: their plans run through the native
+#: asyncio store on a server in the full matrix only. The default run proves each plan on every
+#: server through SessionDB, and the native store's server drivers (asyncpg, aiomysql) on every
+#: operation family through test_async, test_session_reads and the SQL-docs tests.
+UPSTREAM_OPERATIONS = frozenset(
+    {
+        "test_fenced_appends",
+        "test_messages",
+        "test_session_flags",
+        "test_session_listing",
+        "test_session_writes",
+        "test_title_sources",
+        "test_turn_lease_waits",
+    }
+)
 
 
 def in_full_matrix(item: pytest.Item) -> bool:
     """Whether ``item`` belongs to the full matrix (``pytest -m full``) rather than the default
     run: a server variant of a module in ``SERVER_REPEATS``, the thread-wrapper store
     (``AsyncSessionDB``, which runs ``SessionDB``'s own code in a thread) on a server, or a
-    sequential model check on a server (the concurrent one stays)."""
+    sequential model check on a server (the concurrent one stays), or the native asyncio store
+    on a server in a module of ``UPSTREAM_OPERATIONS``."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return False
@@ -93,6 +109,7 @@ def in_full_matrix(item: pytest.Item) -> bool:
     return (
         module in SERVER_REPEATS
         or "threaded" in values
+        or ("native" in values and module in UPSTREAM_OPERATIONS)
         or item.originalname == "test_database_never_diverges_from_the_model"
     )
 
