@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -256,6 +256,37 @@ def forked(row: Any) -> ColumnElement[int]:
     ]
     is_fork = or_(row.c.source == literal_column("'tool'"), *marked)
     return case((is_fork, literal_column("1")), else_=literal_column("0"))
+
+
+def upsert(
+    dialect_name: str,
+    table: Table,
+    values: dict[str, Any],
+    set_: Callable[[Any], dict[str, Any]],
+) -> Insert:
+    """Insert one row of ``values`` into ``table``; on a clash with its primary key, update the
+    existing row with ``set_(new)`` instead, ``new`` naming the row that was to be inserted
+    (``excluded`` on SQLite and PostgreSQL, ``VALUES()`` / the new-row alias on MySQL)."""
+    if dialect_name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
+        # ON DUPLICATE KEY also fires on another unique key: callers use it on tables whose
+        # primary key is their only one.
+        stmt = mysql.insert(table).values(values)
+        return stmt.on_duplicate_key_update(set_(stmt.inserted))
+    if dialect_name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        insert: Any = sqlite.insert(table).values(values)
+    elif dialect_name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        insert = postgresql.insert(table).values(values)
+    else:
+        raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
+    keys = [column.name for column in table.primary_key.columns]
+    result: Insert = insert.on_conflict_do_update(index_elements=keys, set_=set_(insert.excluded))
+    return result
 
 
 def _pg_array(name: str, item: Any = None) -> Any:

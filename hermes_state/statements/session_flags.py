@@ -29,7 +29,7 @@ from ..models import (
     state_meta,
     system_prompts,
 )
-from .core import _c
+from .core import _c, upsert
 from .titles import LIKE_ESCAPE
 
 #: The ``end_reason`` of a session that compression ended and continued in a child session.
@@ -172,24 +172,7 @@ def set_meta(dialect_name: str) -> Insert:
         "key": bindparam("key", type_=String()),
         "value": bindparam("value", type_=Text()),
     }
-    if dialect_name == "sqlite":
-        from sqlalchemy.dialects import sqlite
-
-        lite = sqlite.insert(state_meta).values(values)
-        return lite.on_conflict_do_update(
-            index_elements=["key"], set_={"value": lite.excluded.value}
-        )
-    if dialect_name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        pg = postgresql.insert(state_meta).values(values)
-        return pg.on_conflict_do_update(index_elements=["key"], set_={"value": pg.excluded.value})
-    if dialect_name in ("mysql", "mariadb"):
-        from sqlalchemy.dialects import mysql
-
-        upsert = mysql.insert(state_meta).values(values)
-        return upsert.on_duplicate_key_update(value=upsert.inserted.value)
-    raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
+    return upsert(dialect_name, state_meta, values, lambda new: {"value": new.value})
 
 
 @functools.cache

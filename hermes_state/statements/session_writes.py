@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 
 from ..models import session_model_usage, sessions, system_prompts
-from .core import SESSION_FIELDS, _c, insert_if_absent
+from .core import SESSION_FIELDS, _c, insert_if_absent, upsert
 
 #: The columns a later ``create_session`` fills only where an earlier writer left NULL
 #: (upstream's upsert keeps what was set first: a gateway writes a bare row, then the agent
@@ -134,21 +134,13 @@ def insert_session(dialect_name: str) -> Insert:
     swallow a clash on the unique title)."""
     if dialect_name in ("mysql", "mariadb"):
         return insert_if_absent(dialect_name, sessions, _INSERTED, "id")
-    if dialect_name == "sqlite":
-        from sqlalchemy.dialects import sqlite
-
-        insert: Any = sqlite.insert(sessions)
-    elif dialect_name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        insert = postgresql.insert(sessions)
-    else:
-        raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
-    stmt = insert.values({name: bindparam(name) for name in _INSERTED})
-    excluded = stmt.excluded
-    filled = {column.name: value for column, value in _filled(lambda name: excluded[name])}
-    upsert: Insert = stmt.on_conflict_do_update(index_elements=["id"], set_=filled)
-    return upsert
+    values: dict[str, Any] = {name: bindparam(name) for name in _INSERTED}
+    return upsert(
+        dialect_name,
+        sessions,
+        values,
+        lambda new: {column.name: value for column, value in _filled(lambda n: new[n])},
+    )
 
 
 @functools.cache
@@ -324,46 +316,13 @@ def record_model_usage(dialect_name: str) -> Insert:
     creating the row on its first report."""
     u = session_model_usage.c
     row = {name: bindparam(name, type_=u[name].type) for name in USAGE_COLUMNS}
-    if dialect_name in ("mysql", "mariadb"):
-        from sqlalchemy.dialects import mysql
 
-        # The primary key is the table's only unique key, so a duplicate can only be this row.
-        stmt = mysql.insert(session_model_usage).values(row)
-        new = stmt.inserted
-        return stmt.on_duplicate_key_update(
-            {name: u[name] + new[name] for name in _SUMMED}
-            | {
-                "cost_status": func.coalesce(new.cost_status, u.cost_status),
-                "cost_source": func.coalesce(new.cost_source, u.cost_source),
-                "last_seen": new.last_seen,
-            }
-        )
-    if dialect_name == "sqlite":
-        from sqlalchemy.dialects import sqlite
-
-        insert: Any = sqlite.insert(session_model_usage)
-    elif dialect_name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        insert = postgresql.insert(session_model_usage)
-    else:
-        raise NotImplementedError(f"hermes-state does not support the {dialect_name!r} dialect")
-    stmt = insert.values(row)
-    new = stmt.excluded
-    upsert: Insert = stmt.on_conflict_do_update(
-        index_elements=[
-            "session_id",
-            "model",
-            "billing_provider",
-            "billing_base_url",
-            "billing_mode",
-            "task",
-        ],
-        set_={name: u[name] + new[name] for name in _SUMMED}
-        | {
+    def added(new: Any) -> dict[str, Any]:
+        return {name: u[name] + new[name] for name in _SUMMED} | {
             "cost_status": func.coalesce(new.cost_status, u.cost_status),
             "cost_source": func.coalesce(new.cost_source, u.cost_source),
             "last_seen": new.last_seen,
-        },
-    )
-    return upsert
+        }
+
+    # The primary key is the table's only unique key, so a duplicate can only be this row.
+    return upsert(dialect_name, session_model_usage, row, added)
