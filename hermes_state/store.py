@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -237,12 +237,25 @@ class SessionDB(StoreSettings, SyncOperations):
                 del self._in_flight[id(runner)]
             self._calls.notify_all()
 
-    @contextlib.contextmanager
-    def _call(self) -> Iterator[Runner]:
-        """The runner for one call, counted as busy until the call returns."""
+    def _on_runner(self, work: Callable[[Runner], T]) -> T:
+        """``work(runner)`` on the live runner, counted as busy meanwhile (``close()`` waits for
+        it on SQLite). A call that ``close()`` overtook on a server (whose store does not wait
+        for its calls) was refused by its runner before it reached a connection, so nothing
+        committed: it runs again, whole, on a runner of the reopened store."""
+        # _enter_call/_leave_call rather than a context manager: this is every operation's
+        # path, and a generator-based context manager costs about 1 µs a call
+        # (bench/store_writes.py: a one-statement write takes 4-10 µs in SQLite itself).
         runner = self._enter_call()
         try:
-            yield runner
+            return work(runner)
+        except DatabaseError:
+            if runner is self._runner and not self._closed:
+                raise
+        finally:
+            self._leave_call(runner)
+        runner = self._enter_call()
+        try:
+            return work(runner)
         finally:
             self._leave_call(runner)
 
@@ -291,26 +304,8 @@ class SessionDB(StoreSettings, SyncOperations):
     def _run(self, plan: Plan[T]) -> T:
         if plan.writes and self.read_only:
             raise self._refuse_write()
-        # _enter_call/_leave_call rather than the _call() context manager: this is every
-        # operation's path, and a generator-based context manager costs about 1 µs a call
-        # (bench/store_writes.py: a one-statement write takes 4-10 µs in SQLite itself).
         with self._lock:
-            runner = self._enter_call()
-            try:
-                return runner.run(plan)
-            except DatabaseError:
-                if runner is self._runner and not self._closed:
-                    raise
-            finally:
-                self._leave_call(runner)
-            # close() overtook the call (a server's store does not wait for its calls): its
-            # runner refused it before it reached a connection, so nothing committed, and it
-            # runs again, whole, on a runner of the reopened store.
-            runner = self._enter_call()
-            try:
-                return runner.run(plan)
-            finally:
-                self._leave_call(runner)
+            return self._on_runner(lambda runner: runner.run(plan))
 
     def _refuse_write(self) -> ReadOnlyDatabaseError:
         return ReadOnlyDatabaseError(f"this store of {self.where} was opened read-only")
@@ -321,8 +316,8 @@ class SessionDB(StoreSettings, SyncOperations):
         SQL in the driver's paramstyle (``?`` on SQLite)."""
         if self.read_only:
             raise self._refuse_write()
-        with self._lock, self._call() as runner:
-            return runner.run_callable(fn)
+        with self._lock:
+            return self._on_runner(lambda runner: runner.run_callable(fn))
 
     def _set_session_title(self, session_id: str, title: str | None, *, source: str) -> bool:
         """Upstream's one title write, whose tests call it: ``set_session_title`` for the
@@ -403,8 +398,7 @@ class SessionDB(StoreSettings, SyncOperations):
 
     def handoff_change_token(self) -> int | None:
         # Declared in surface.Store: the runner's PRAGMA data_version (SQLite), None on servers.
-        with self._call() as runner:
-            return runner.change_token()
+        return self._on_runner(lambda runner: runner.change_token())
 
 
 if TYPE_CHECKING:
