@@ -133,10 +133,16 @@ def require_content(value: object) -> str | None:
     return _scrubbed_text("content", value)
 
 
-def require_count(name: str, value: object, *, maximum: int | None = None) -> int:
-    """A whole number >= 1 (and <= ``maximum`` when given)."""
+def require_int(name: str, value: object) -> int:
+    """A whole number (``bool`` is refused: it is almost always a misplaced argument)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
+    return value
+
+
+def require_count(name: str, value: object, *, maximum: int | None = None) -> int:
+    """A whole number >= 1 (and <= ``maximum`` when given)."""
+    value = require_int(name, value)
     if value < 1:
         raise InvalidInputError(f"{name} must be at least 1, not {value}")
     if maximum is not None and value > maximum:
@@ -146,8 +152,7 @@ def require_count(name: str, value: object, *, maximum: int | None = None) -> in
 
 def require_size(name: str, value: object) -> int:
     """A whole number >= 0: how many rows to return or to skip."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
+    value = require_int(name, value)
     if value < 0:
         raise InvalidInputError(f"{name} must not be negative, not {value}")
     return value
@@ -400,12 +405,6 @@ class UsageReport:
         return self.has_usage or bool(self.costs["actual_cost_usd"])
 
 
-def _whole(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputTypeError(f"{name} must be an int, not {_type_name(value)}")
-    return value
-
-
 def _optional_cost(name: str, value: object) -> float | None:
     if value is None:
         return None
@@ -425,8 +424,7 @@ def require_usage(
 ) -> UsageReport:
     """Upstream's ``update_token_counts`` arguments: whole counters (a negative delta is a
     correction, as upstream allows), finite costs, text status and route."""
-    if not isinstance(absolute, bool):
-        raise InvalidInputTypeError(f"absolute must be a bool, not {_type_name(absolute)}")
+    require_flag("absolute", absolute)
     checked_costs: dict[str, Any] = {
         name: _optional_cost(name, costs[name])
         for name in ("estimated_cost_usd", "actual_cost_usd")
@@ -434,13 +432,13 @@ def require_usage(
     for name in ("cost_status", "cost_source", "pricing_version"):
         checked_costs[name] = require_text(name, costs[name])
     return UsageReport(
-        counts={name: _whole(name, value) for name, value in counts.items()},
+        counts={name: require_int(name, value) for name, value in counts.items()},
         costs=checked_costs,
         route={
             name: None if value is None or value == "" else require_text(name, value)
             for name, value in route.items()
         },
-        absolute=absolute,
+        absolute=bool(absolute),
     )
 
 
