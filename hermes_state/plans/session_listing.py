@@ -242,7 +242,7 @@ def _project_tips(caps: Capabilities, rows: list[Row], compact: bool) -> Body[li
     """Each compressed conversation of ``rows`` shown as its live tip (see :data:`TIP_FIELDS`),
     with ``_lineage_root_id`` and ``_lineage_ids`` (every segment, root first)."""
     dialect = caps.name
-    roots = [str(row["id"]) for row in rows if row.get("end_reason") == "compression"]
+    roots = [str(row["id"]) for row in rows if row.get("end_reason") == statements.COMPRESSION]
     if not roots:
         return rows
     walked = yield Step(

@@ -19,9 +19,6 @@ from ..validation import (
 from .core import Body, Plan, Row, Step
 from .reads import _done
 
-#: The end reason of a session split by compression: its continuation inherits its route.
-COMPRESSION = "compression"
-
 
 def prompt_hash(prompt: str) -> str:
     """The key of a prompt in ``system_prompts``, as upstream computes it."""
@@ -43,7 +40,7 @@ def _inherited(child: Row, parent: Row) -> dict[str, Any]:
     keys = (child["session_key"], parent["session_key"])
     if None not in keys and _key_namespace(keys[0]) != _key_namespace(keys[1]):
         values["profile_name"] = None  # another profile's row must not be labelled as this one
-    routed = parent["end_reason"] == COMPRESSION
+    routed = parent["end_reason"] == statements.COMPRESSION  # a continuation: its route too
     for name in statements.INHERITED_ROUTE:
         values[name] = parent[name] if routed else None
     return values

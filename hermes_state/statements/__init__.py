@@ -39,6 +39,7 @@ from .claims import claim_next as claim_next
 from .claims import oldest_pending_locked as oldest_pending_locked
 from .claims import pending_row_locked as pending_row_locked
 from .core import (
+    COMPRESSION,
     HANDOFF_CHANNEL,
     MESSAGE_FIELDS,
     SESSION_FIELDS,
@@ -78,7 +79,6 @@ from .reads import (
 )
 from .reads import list_sessions as list_sessions
 from .session_flags import (
-    COMPRESSION,
     DELEGATE_MARKER_PATTERN,
     LINEAGE_FLAGS,
     child_sessions,

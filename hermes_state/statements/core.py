@@ -76,20 +76,22 @@ MESSAGE_FIELDS = (
 
 _c = sessions.c
 
-#: The end reason of a session whose conversation went on in a continuation session.
-_COMPRESSION_END: ColumnElement[str] = literal_column("'compression'")
+#: The ``end_reason`` of a session that compression ended and continued in a child session,
+#: and the same as an SQL literal (a literal keeps the statements on the partial indexes).
+COMPRESSION: Final = "compression"
+COMPRESSION_END: Final[ColumnElement[str]] = literal_column(f"'{COMPRESSION}'")
 
 
 def closed_by_compression() -> ColumnElement[bool]:
     """A session that compression ended: its conversation goes on in the continuation, and
     upstream appends nothing more to it."""
-    return and_(_c.ended_at.is_not(None), _c.end_reason == _COMPRESSION_END)
+    return and_(_c.ended_at.is_not(None), _c.end_reason == COMPRESSION_END)
 
 
 def open_for_appends() -> ColumnElement[bool]:
     """The negation of :func:`closed_by_compression`, NULLs included (a session never ended,
     or ended without a reason, takes messages)."""
-    return or_(_c.ended_at.is_(None), _c.end_reason.is_(None), _c.end_reason != _COMPRESSION_END)
+    return or_(_c.ended_at.is_(None), _c.end_reason.is_(None), _c.end_reason != COMPRESSION_END)
 
 
 #: The PostgreSQL NOTIFY channel on which ``request_handoff`` wakes watchers.

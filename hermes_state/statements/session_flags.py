@@ -29,17 +29,15 @@ from ..models import (
     state_meta,
     system_prompts,
 )
-from .core import _c, upsert
+from .core import COMPRESSION_END, _c, upsert
 from .titles import LIKE_ESCAPE
 
-#: The ``end_reason`` of a session that compression ended and continued in a child session.
-COMPRESSION: Final = "compression"
 #: The columns the lineage flag operations set (each gets its own cached statement).
 LINEAGE_FLAGS: Final = ("archived", "pinned", "hidden", "last_read_at")
 
 
 def _compression() -> Any:
-    return literal_column(f"'{COMPRESSION}'")
+    return COMPRESSION_END
 
 
 @functools.cache

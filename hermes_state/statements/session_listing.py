@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..models import sessions
-from .core import session_columns
+from .core import COMPRESSION, session_columns
 from .session_terms import (
     LIKE_ESCAPE,
     _sql_string,
@@ -270,7 +270,7 @@ def compression_chains(dialect: str) -> Select[Any]:
     )
     parent, child = sessions.alias("parent"), sessions.alias("child")
     preference = case(
-        (child.c.end_reason == _sql_string("compression"), literal_column("0")),
+        (child.c.end_reason == _sql_string(COMPRESSION), literal_column("0")),
         (child.c.ended_at.is_(None), literal_column("1")),
         else_=literal_column("2"),
     )

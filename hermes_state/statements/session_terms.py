@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..models import messages, sessions
-from .core import MarkerText, _pg_array
+from .core import COMPRESSION, MarkerText, _pg_array
 
 # Every builder here takes the connected dialect's name: JSON, string positions, trimming and
 # list parameters are spelled differently on each backend, and only here.
@@ -218,7 +218,7 @@ def continuation(
     by compression and ``child`` is no branch, delegate, reset fork or tool session."""
     return and_(
         child.c.parent_session_id == parent.c.id,
-        parent.c.end_reason == _sql_string("compression"),
+        parent.c.end_reason == _sql_string(COMPRESSION),
         MarkerText(child.c.model_config, "_branched_from").is_(None),
         MarkerText(child.c.model_config, "_delegate_from").is_(None),
         not_(reset_child(child, dialect)),

@@ -6,18 +6,14 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from sqlalchemy import Select, Update, bindparam, literal_column, null, or_, select, update
+from sqlalchemy import Select, Update, bindparam, null, or_, select, update
 
 from ..models import sessions
-from .core import _c, session_columns
+from .core import COMPRESSION_END, _c, session_columns
 
 #: The escape character of :func:`lineage`'s LIKE pattern (``titles.lineage_pattern`` writes
 #: the pattern with it).
 LIKE_ESCAPE: Final = "/"
-
-# The end reason of a session compression continued in a child (statements.COMPRESSION; that
-# module imports this one).
-_COMPRESSION: Final = "compression"
 
 
 @functools.cache
@@ -47,7 +43,7 @@ def compression_parent() -> Select[tuple[Any]]:
         .select_from(child.join(parent, parent.c.id == child.c.parent_session_id))
         .where(
             child.c.id == bindparam("session_id"),
-            parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
+            parent.c.end_reason == COMPRESSION_END,
         )
     )
 

@@ -24,10 +24,9 @@ from sqlalchemy import (
 )
 
 from ..models import session_turn_leases, sessions
-from .core import _c, _unnested, forked
+from .core import COMPRESSION_END, _c, _unnested, forked
 
 _t = session_turn_leases.c
-_COMPRESSION = "compression"
 
 
 @functools.cache
@@ -42,7 +41,7 @@ def lineage_parent() -> Select[tuple[str]]:
         .select_from(child.join(parent, parent.c.id == child.c.parent_session_id))
         .where(
             child.c.id == bindparam("session_id"),
-            parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
+            parent.c.end_reason == COMPRESSION_END,
             forked(child) == literal_column("0"),
         )
     )
@@ -178,7 +177,7 @@ def _lineage_roots(starts: Any, name: str) -> Any:
         )
         .select_from(walk.join(parent, parent.c.id == walk.c.up))
         .where(
-            parent.c.end_reason == literal_column(f"'{_COMPRESSION}'"),
+            parent.c.end_reason == COMPRESSION_END,
             walk.c.depth < literal_column(str(MAX_LINEAGE_DEPTH)),
             walk.c.forked == literal_column("0"),
             parent.c.id != all_(walk.c.path),
