@@ -432,3 +432,13 @@ class SessionSurface(Protocol):
         it), as ``hermes -c`` picks the session to continue.
         """
         ...
+
+    # -- search (issue 24): search_messages and what it needs go below this line -------------
+    #
+    #
+    # -- retention (issue 24): prune_sessions, vacuum and what they need go below this line ---
+    #
+    #
+    # -- portability (issue 24): export_* and import_sessions go below this line ------------
+    #
+    #

@@ -257,6 +257,12 @@ SAMPLES: dict[str, Any] = {
     "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
     "around_message_id": 1,
     "target_message_id": 1,
+    # -- search (issue 24)
+    #
+    # -- retention (issue 24)
+    #
+    # -- portability (issue 24)
+    #
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {
@@ -267,6 +273,12 @@ WRITES = {
     "acquire_session_turn_lease",
     "_execute_write",
     "set_meta",
+    # -- search (issue 24)
+    #
+    # -- retention (issue 24)
+    #
+    # -- portability (issue 24)
+    #
 }
 #: Where the absent store's answer differs from an empty file's, on purpose.
 DIFFERENT = {"handoff_change_token"}  # None: there is no file whose commits it could count
