@@ -17,6 +17,7 @@ from .statements import ReclaimScope
 
 __all__ = [
     "clean_error",
+    "require_bit",
     "require_content",
     "require_count",
     "require_fields",
@@ -172,6 +173,15 @@ def require_flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidInputTypeError(f"{name} must be True or False, not {_type_name(value)}")
     return value
+
+
+def require_bit(name: str, value: object) -> bool:
+    """A flag upstream's callers pass as True/False or as the ints 1/0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise InvalidInputTypeError(f"{name} must be True or False (or 1/0), not {_type_name(value)}")
 
 
 def require_seconds(name: str, value: object) -> float:

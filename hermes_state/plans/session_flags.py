@@ -19,7 +19,13 @@ from ..models import HandoffState
 from ..statements import Capabilities
 from ..statements.titles import LIKE_ESCAPE
 from ..titles import CANONICAL_BOT_CHAT_TITLE
-from ..validation import require_identifier, require_identifiers, require_str, require_text
+from ..validation import (
+    require_bit,
+    require_identifier,
+    require_identifiers,
+    require_str,
+    require_text,
+)
 from .core import Body, Plan, Row, Step
 from .reads import _constant
 from .turn_leases import _conversation
@@ -27,15 +33,6 @@ from .turn_leases import _conversation
 #: How many prefix matches ``resolve_session_id`` reads: two tell a unique match from an
 #: ambiguous one.
 PREFIX_MATCHES: Final = 2
-
-
-def _require_bool(name: str, value: object) -> bool:
-    """A flag: ``True``/``False`` (or the ints 1/0 upstream's callers also pass)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise InvalidInputTypeError(f"{name} must be a bool, not {type(value).__name__}")
 
 
 def _lineage(session_id: str) -> Body[list[str]]:
@@ -431,19 +428,19 @@ class SessionFlagPlans:
         return Plan(_set_flag, column, sid, value, writes=True, single_statement=False)
 
     def set_session_archived(self, session_id: object, archived: object) -> Plan[bool]:
-        return self._flag_plan("archived", session_id, int(_require_bool("archived", archived)))
+        return self._flag_plan("archived", session_id, int(require_bit("archived", archived)))
 
     def set_session_pinned(self, session_id: object, pinned: object) -> Plan[bool]:
         sid = require_identifier("session_id", session_id)
-        flag = _require_bool("pinned", pinned)
+        flag = require_bit("pinned", pinned)
         return Plan(_set_pinned, sid, flag, writes=True, single_statement=False)
 
     def set_session_hidden(self, session_id: object, hidden: object) -> Plan[bool]:
-        return self._flag_plan("hidden", session_id, int(_require_bool("hidden", hidden)))
+        return self._flag_plan("hidden", session_id, int(require_bit("hidden", hidden)))
 
     def set_session_read(self, session_id: object, read: object = True) -> Plan[bool]:
         # last_read_at is a watermark: read now, or 0.0 (older than any activity) for unread.
-        watermark = self.clock() if _require_bool("read", read) else 0.0
+        watermark = self.clock() if require_bit("read", read) else 0.0
         return self._flag_plan("last_read_at", session_id, watermark)
 
     def resolve_session_id(self, session_id_or_prefix: object) -> Plan[str | None]:
