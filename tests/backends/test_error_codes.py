@@ -310,8 +310,10 @@ def test_a_read_only_postgresql_database_is_unavailable_and_keeps_25006(tmp_path
     assert not isinstance(refused.value, ReadOnlyDatabaseError)
     assert kept(refused.value) == ("postgresql", "25006")
     message = str(refused.value)
-    assert "standby" in message and "target_session_attrs=read-write" in message
-    assert "permissions" not in message and "file" not in message
+    assert "standby" in message
+    assert "target_session_attrs=read-write" in message
+    assert "permissions" not in message
+    assert "file" not in message
 
 
 def test_a_mariadb_lock_wait_timeout_keeps_1205(mysql_url: URL) -> None:

@@ -131,7 +131,8 @@ def test_the_command_line_masks_the_password_of_a_list_of_hosts() -> None:
     finished = in_process("--url", typed, "session", "list")
     assert finished.returncode != 0
     assert "hunter2" not in finished.stderr + finished.stdout
-    assert "cannot open" in finished.stderr and f"127.0.0.1:{port}" in finished.stderr
+    assert "cannot open" in finished.stderr
+    assert f"127.0.0.1:{port}" in finished.stderr
     assert len(finished.stderr.strip().splitlines()) == 1
 
 
@@ -223,7 +224,8 @@ async def test_a_watcher_listening_through_a_list_of_hosts_is_woken(live: URL) -
             await runner.close()
     with SessionDB(url=live) as direct:
         handoff = direct.get_handoff_state("woken")
-        assert handoff is not None and handoff["state"] == "completed"
+        assert handoff is not None
+        assert handoff["state"] == "completed"
 
 
 def listening(url: URL) -> bool:
