@@ -25,7 +25,7 @@ __all__ = ["PostgresListener", "database_key", "publish", "subscribe"]
 logger = logging.getLogger(__name__)
 
 #: The longest pause between two tries to get the LISTEN connection back.
-RECONNECT_DELAY: Final = 5.0
+RECONNECT_DELAY: Final = 2.0
 
 _subscribers: dict[str, set[Callable[[], None]]] = {}
 _lock = threading.Lock()

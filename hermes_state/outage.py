@@ -24,7 +24,7 @@ from .errors import DatabaseUnavailableError, HermesStateError, NotADatabaseErro
 __all__ = ["BACKOFF_CEILING", "REPORT_EVERY", "Outage", "one_line", "unavailable"]
 
 #: The longest pause between two tries while the database stays away (seconds).
-BACKOFF_CEILING: Final = 5.0
+BACKOFF_CEILING: Final = 2.0
 #: While it stays away: one reminder this often (seconds).
 REPORT_EVERY: Final = 30.0
 _WHITESPACE: Final = re.compile(r"\s+")

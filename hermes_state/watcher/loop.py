@@ -214,7 +214,11 @@ class HandoffWatch:
             return True
 
     async def _pause(self) -> None:
-        """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one."""
+        """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one.
+
+        A wake-up also ends the backoff of scopes whose store was away: it comes from the
+        database (a NOTIFY, the LISTEN connection back, a request or a recorded outcome in
+        this process), so the store is likely back."""
         interval = self.settings.interval
         if self.wakeup is None or interval <= 0:  # no pause: one turn of the loop
             await asyncio.sleep(interval)
@@ -223,6 +227,8 @@ class HandoffWatch:
                 async with asyncio.timeout(interval):
                     await self.wakeup.wait()
         if self.wakeup is not None:
+            if self.wakeup.is_set():
+                self.retry_at.clear()
             self.wakeup.clear()
 
     def _wake(self) -> None:
