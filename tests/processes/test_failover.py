@@ -100,7 +100,11 @@ class Cluster:
             self.standby,
             self.ports[1],
             f"primary_conninfo = 'host=127.0.0.1 port={self.ports[0]} user=root "
-            "application_name=standby1'\n",
+            "application_name=standby1'\n"
+            # The copy took the primary's list of synchronous standbys; once promoted, with no
+            # standby left, it would hold every commit forever. (A failover manager rewrites
+            # this setting as standbys come and go: Patroni's synchronous_mode.)
+            "synchronous_standby_names = ''\n",
         )
         self.run("pg_ctl", "-D", str(self.standby), "-l", f"{self.standby}.log", "-w", "start")
         wait_until(self._synchronous, "the standby to be synchronous", 60)
@@ -269,7 +273,16 @@ def test_a_primary_lost_mid_run_loses_nothing_acknowledged(
             states = handoff_states(url)
             return all(states.get(sid) in ("completed", "failed") for sid in acknowledged)
 
-        wait_until(settled, "every acknowledged request to settle", LEASE * 4)
+        try:
+            wait_until(settled, "every acknowledged request to settle", LEASE * 4)
+        except BaseException:
+            states = handoff_states(url)
+            unsettled = {sid: states.get(sid) for sid in acknowledged}
+            unsettled = {k: v for k, v in unsettled.items() if v not in ("completed", "failed")}
+            print("UNSETTLED", unsettled)
+            for gateway in gateways:
+                print("----", gateway.name, "\n", "".join(gateway.lines[-80:]))
+            raise
         for gateway in gateways:
             gateway.assert_alive()
     finally:
@@ -290,16 +303,20 @@ def test_a_primary_lost_mid_run_loses_nothing_acknowledged(
     assert not failed_after_delivery, f"delivered, then failed: {failed_after_delivery}"
     after = [at for _sid, at, _owner in runs if at > promoted_at]
     first_after = min(after) - promoted_at if after else None
-    outage_lines = [len(g.lines) - before for g, before in zip(gateways, lines_before, strict=True)]
+    # What the outage wrote: warnings and worse (claims and completions go on at INFO).
+    outage_lines = [
+        sum(" WARNING " in line or " ERROR " in line for line in g.lines[before:])
+        for g, before in zip(gateways, lines_before, strict=True)
+    ]
     print(
         f"\nfailover: {len(acknowledged)} acknowledged, {len(ids)} delivered, "
         f"{requester.refused} requests refused during the outage, "
         f"primary lost {promoted_at - lost_at:.1f} s before the promotion, first delivery "
         f"{first_after if first_after is None else round(first_after, 2)} s after it, "
-        f"log lines per gateway since the loss: {outage_lines}"
+        f"warning lines per gateway since the loss: {outage_lines}"
     )
     assert first_after is not None, "nothing was delivered after the promotion"
-    assert max(outage_lines) <= 60, "\n".join(g.log for g in gateways)
+    assert max(outage_lines) <= 16, "\n".join(g.log for g in gateways)
 
 
 def delivered(path: Path) -> list[tuple[str, float, str]]:
