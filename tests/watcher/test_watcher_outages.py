@@ -193,3 +193,44 @@ def test_an_outage_says_each_change_once_with_growing_pauses(
     assert 0.05 <= pauses[0] <= 0.1
     assert all(pause <= 2.0 for pause in pauses)
     assert min(pauses[10:]) >= 1.0  # grown to the ceiling, jittered within its upper half
+
+
+@pytest.mark.asyncio
+async def test_an_outcome_still_unrecorded_when_the_watcher_stops_is_left_for_the_reclaim(
+    path: Path, reader: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.run")
+    reader.create_session("left", "cli")
+    assert reader.request_handoff("left", "telegram")
+    store = FlushAway(path, owner="gateway-one", lease_seconds=60.0, times=10**6)
+    metrics = TickBreaks(times=0)
+
+    async def handler(row: Mapping[str, Any], _profile: str | None) -> None:
+        pass
+
+    runner = GatewayRunner(store, handler, interval=AN_HOUR, drain_timeout=0.5, metrics=metrics)
+    task = asyncio.ensure_future(runner.run())
+    try:
+        await eventually(
+            lambda: any("recording outcomes failed" in r.getMessage() for r in caplog.records),
+            "the first failed record",
+        )
+        assert not metrics.outcomes  # still waiting for the database, not given up
+    finally:
+        runner.stop()
+        try:
+            started = asyncio.get_running_loop().time()
+            await asyncio.wait_for(task, DEADLINE)
+            stopped_after = asyncio.get_running_loop().time() - started
+        finally:
+            await runner.close()
+    assert stopped_after < 10.0  # the drain's patience, plus a last backoff pause
+    assert state_of(reader, "left") == "running"  # for the reclaim, as after a crash
+    # The drain stopped waiting for it (as for any delivery still in flight); the flusher
+    # kept trying through the drain's patience, then gave it up.
+    assert metrics.outcomes == ["cancelled"]
+    assert any(
+        "could not record the outcome of left" in r.getMessage()
+        and "stay running until reclaimed" in r.getMessage()
+        for r in caplog.records
+    )
