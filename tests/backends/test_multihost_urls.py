@@ -8,6 +8,7 @@ second. Each spelling must reach the live one; ``target_session_attrs`` goes to 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -246,3 +247,23 @@ def listening(url: URL) -> bool:
             )
     finally:
         engine.dispose()
+
+
+def test_the_dashboard_serves_and_streams_through_a_list_of_hosts(live: URL) -> None:
+    import httpx
+
+    from tests.support.processes import DashboardProcess
+
+    text = spellings(live, closed_port())["authority"]
+    with SessionDB(url=live) as writer:
+        writer.create_session("seen", "cli")
+    with (
+        DashboardProcess(text) as dashboard,
+        httpx.stream("GET", dashboard.base + "/events", timeout=30) as response,
+    ):
+        assert httpx.get(dashboard.base + "/api/stats").is_success
+        lines = response.iter_lines()
+        assert next(lines) == "retry: 1000"
+        done = run_cli(text, "handoff", "request", "seen", "discord")
+        assert done.returncode == 0, done.stderr
+        assert any("seen" in line for line in itertools.islice(lines, 20)), "no event"
