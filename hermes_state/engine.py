@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+from . import multihost
 from .errors import DatabaseBusyError, InvalidInputError, InvalidInputTypeError
 
 __all__ = [
@@ -127,6 +128,9 @@ def resolve_url(target: str | os.PathLike[str] | URL | Engine | AsyncEngine | No
     Anything without ``://`` is a path to an SQLite file. A URL without a driver gets the one
     hermes-state depends on (``postgresql://`` becomes ``postgresql+psycopg://``), and
     ``postgres://``, the spelling many hosting providers hand out, means ``postgresql://``.
+    A PostgreSQL URL may list several servers in any of libpq's spellings (see
+    :mod:`hermes_state.multihost`); ``target_session_attrs`` and the other libpq parameters
+    reach the driver as they are.
     """
     if target is None:
         target = os.environ.get(ENV_URL) or default_db_path()
@@ -138,7 +142,9 @@ def resolve_url(target: str | os.PathLike[str] | URL | Engine | AsyncEngine | No
         url = target
     elif isinstance(target, str) and "://" in target:
         try:
-            url = make_url(target)
+            url = multihost.parse(target) or make_url(target)
+        except InvalidInputError:
+            raise
         except (ArgumentError, ValueError):
             raise InvalidInputError(
                 f"malformed database URL {_mask_password(target)!r}. "
@@ -175,7 +181,7 @@ def resolve_url(target: str | os.PathLike[str] | URL | Engine | AsyncEngine | No
             "in-memory SQLite is not supported (every connection would see its own empty "
             "database); use a file, e.g. sqlite:////tmp/state.db"
         )
-    return url
+    return multihost.normalize(url)
 
 
 def _mask_password(text: str) -> str:
@@ -191,7 +197,7 @@ def describe(url: URL) -> str:
     """The file path for SQLite, else the URL with its password masked."""
     if is_sqlite(url) and url.database:
         return url.database
-    return url.render_as_string(hide_password=True)
+    return multihost.render(url)
 
 
 def refuse_directory(path: Path) -> None:

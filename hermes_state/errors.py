@@ -78,7 +78,8 @@ class DatabaseError(HermesStateError):
 
 
 class DatabaseUnavailableError(DatabaseError):
-    """The database cannot be opened or reached."""
+    """The database cannot be opened or reached, or (a server) takes no writes: down, out of
+    reach, or a read-only standby while a failover is under way."""
 
 
 class NotADatabaseError(DatabaseUnavailableError):
@@ -95,7 +96,8 @@ class ForeignDatabaseError(DatabaseError):
 
 
 class ReadOnlyDatabaseError(DatabaseError):
-    """A write was refused because the database (or its folder) is read-only."""
+    """A write was refused because the SQLite file (or its folder) is read-only. (A server
+    that refuses writes is a standby, or set read-only: :class:`DatabaseUnavailableError`.)"""
 
 
 class DiskFullError(DatabaseError):
@@ -269,12 +271,16 @@ _UNREACHABLE_MARKERS: Final = (
     "name or service not known",
     "could not translate host name",
     "connection is closed",
+    "connection is lost",
+    "hot standby mode",
+    "in recovery",
     "server closed the connection",
     "lost connection",
     "connection reset",
     "unable to open database file",
     "access denied",
     "authentication failed",
+    "none of the hosts match",  # asyncpg: no server of the list has target_session_attrs
 )
 
 
@@ -490,6 +496,14 @@ def translate(exc: BaseException, *, where: str) -> HermesStateError | None:
     if kind is _Kind.NOT_A_DATABASE:
         return NotADatabaseError(
             f"{where} is not an SQLite database; it was not modified",
+            **kept,
+        )
+    if kind is _Kind.READ_ONLY and said.backend in ("postgresql", "mysql"):
+        return DatabaseUnavailableError(
+            f"{where} takes no writes ({message.rstrip('.')}): the server is a standby or is "
+            "set read-only, as during a failover. Retry once a primary is up; list every server "
+            "of the cluster in the URL, with target_session_attrs=read-write on PostgreSQL, so "
+            "that connections follow the primary.",
             **kept,
         )
     if kind is _Kind.READ_ONLY:

@@ -105,6 +105,12 @@ class WatcherMetrics:
             registry=self.registry,
         )
 
+        self.loop_restarts = Counter(
+            "hermes_state_watch_loop_restarts",
+            "Times the watch loop was restarted after an unexpected error in a tick",
+            registry=self.registry,
+        )
+
     def claimed(self, row: Mapping[str, Any], now: float | None = None) -> None:
         self.claims.inc()
         requested = row.get("handoff_requested_at")
@@ -118,6 +124,9 @@ class WatcherMetrics:
 
     def ticked(self, seconds: float) -> None:
         self.tick_seconds.observe(seconds)
+
+    def loop_restarted(self) -> None:
+        self.loop_restarts.inc()
 
     def serve(self, port: int, host: str = "127.0.0.1") -> Any:
         """Expose ``/metrics`` on ``host:port`` from a daemon thread; returns the server."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Claimed", "Key", "Turn", "TurnTable"]
@@ -29,6 +30,8 @@ class Claimed:
     home: Path | None
     reservation: object = None
     turn: Turn | None = None  # the turn lease it holds (its entry in the TurnTable)
+    #: When its claim was last known to hold (claimed, or its lease renewed): monotonic time.
+    renewed_at: float = field(default_factory=time.monotonic)
 
 
 class TurnTable:

@@ -60,6 +60,8 @@ class Deliveries:
         self.flusher = flusher
         self.wake = wake
         self.in_flight: dict[Key, asyncio.Task[None]] = {}
+        #: The claims of the deliveries in flight (lease upkeep notes their renewals).
+        self.claims: dict[Key, Claimed] = {}
 
     def __len__(self) -> int:
         return len(self.in_flight)
@@ -87,22 +89,33 @@ class Deliveries:
             logger.exception("could not start the delivery of %s; failing it", claimed.key[1])
             self.fail_unstarted(db, claimed, f"the gateway could not start the delivery: {exc}")
             return
-        self._hold(claimed.key, task)
+        self._hold(claimed, task)
 
     def fail_unstarted(self, db: AsyncStore, claimed: Claimed, error: str) -> None:
         """Fail a claimed row whose delivery never started, holding its slot meanwhile."""
         failing = asyncio.get_running_loop().create_task(self._fail(db, claimed, error))
-        self._hold(claimed.key, failing)
+        self._hold(claimed, failing)
 
-    def _hold(self, key: Key, task: asyncio.Task[None]) -> None:
-        self.in_flight[key] = task
-        task.add_done_callback(functools.partial(self._forget, key))
+    def _hold(self, claimed: Claimed, task: asyncio.Task[None]) -> None:
+        self.in_flight[claimed.key] = task
+        self.claims[claimed.key] = claimed
+        task.add_done_callback(functools.partial(self._forget, claimed.key))
 
     def _forget(self, key: Key, task: asyncio.Task[None]) -> None:
         if self.in_flight.get(key) is task:
             del self.in_flight[key]
+            self.claims.pop(key, None)
             self.flusher.settled.discard(key)
         self.wake()
+
+    def renewed(self, profile_name: str | None, session_ids: set[str]) -> None:
+        """Note that the leases of ``session_ids`` (in the scope of ``profile_name``) were
+        just renewed: their claims hold for another lease from now."""
+        now = time.monotonic()
+        for session_id in session_ids:
+            claimed = self.claims.get((profile_name, session_id))
+            if claimed is not None:
+                claimed.renewed_at = now
 
     async def _fail(self, db: AsyncStore, claimed: Claimed, error: str) -> None:
         try:

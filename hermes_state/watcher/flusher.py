@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..outage import Outage, one_line, unavailable
 from .adapter import StoreCalls
 from .claimed import Claimed, Key, TurnTable
-from .settings import LOGGER_NAME
+from .settings import LOGGER_NAME, TURN_LEASE_SECONDS
 
 if TYPE_CHECKING:
     from ..surface import AsyncStore
@@ -41,10 +43,30 @@ class Flusher:
     recorded, False discarded (the claim was lost), None not recorded (the store failed; the
     row stays running until reclaimed). The flush task starts with the watch (or with the
     first outcome handed in); ``close`` flushes what is queued and stops it.
+
+    A flush the database could not take because it is away (:func:`unavailable`: a server
+    down, or a failover under way) is tried again, with a growing jittered pause, fenced on
+    the claim's attempt as every finish is, while the claim may still hold: until
+    ``patience`` seconds after its lease was last renewed (lease upkeep goes on meanwhile),
+    or ``close_patience`` seconds into ``close``. Only then is it left running, to be
+    reclaimed. Its turn lease is kept up until then too.
     """
 
-    def __init__(self, turns: TurnTable) -> None:
+    def __init__(
+        self,
+        turns: TurnTable,
+        *,
+        patience: float | None = None,
+        close_patience: float = 30.0,
+    ) -> None:
         self.turns = turns
+        self.patience = TURN_LEASE_SECONDS if patience is None else patience
+        self.close_patience = close_patience
+        self.closing_at: float | None = None
+        #: Outcomes waiting for the database to come back, and the timer that requeues them.
+        self.retrying: list[_Finish] = []
+        self._retry_timer: asyncio.TimerHandle | None = None
+        self.outage = Outage("recording outcomes", logger)
         self.queue: list[_Finish] = []
         self.ready = asyncio.Event()
         self.closing = False
@@ -84,20 +106,64 @@ class Flusher:
         return recorded
 
     async def close(self) -> None:
-        """Flush everything queued, then stop."""
+        """Flush everything queued (retrying what the database could not take for at most
+        ``close_patience`` seconds), then stop."""
         self.closing = True
+        self.closing_at = time.monotonic()
         self.ready.set()
         if self.task is not None:
             await self.task
         await self._flush()  # what a flusher that crashed left
+        self._give_up(self.retrying, "the watcher stopped")
+        self.retrying = []
 
     async def _run(self) -> None:
         while True:
             await self.ready.wait()
             self.ready.clear()
             await self._flush()
-            if self.closing and not self.queue:
+            if self.closing and not self.queue and not self.retrying:
                 return
+
+    def _retry_later(self, finishes: list[_Finish], delay: float) -> None:
+        self.retrying.extend(finishes)
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+        self._retry_timer = asyncio.get_running_loop().call_later(delay, self._requeue)
+
+    def _requeue(self) -> None:
+        self._retry_timer = None
+        self.queue.extend(self.retrying)
+        self.retrying = []
+        self.ready.set()
+        self.start()
+
+    def _deadline(self, finish: _Finish) -> float:
+        """Until when an outcome the database cannot take is tried again."""
+        deadline = finish.claimed.renewed_at + self.patience
+        if self.closing_at is not None:
+            deadline = min(deadline, self.closing_at + self.close_patience)
+        return deadline
+
+    def _give_up(self, finishes: list[_Finish], why: str) -> None:
+        if not finishes:
+            return
+        logger.warning(
+            "could not record the outcome of %s (%s); they stay running until reclaimed "
+            "(and their turn leases expire by themselves)",
+            ", ".join(sorted(f.claimed.key[1] for f in finishes)),
+            why,
+        )
+        self._settle(finishes, None)
+
+    def _settle(self, finishes: list[_Finish], done: dict[str, bool] | None) -> None:
+        for finish in finishes:
+            self.turns.drop(finish.claimed)
+            if not finish.release_only:
+                self.settled.add(finish.claimed.key)
+            if not finish.recorded.done():
+                session_id = finish.claimed.key[1]
+                finish.recorded.set_result(None if done is None else done.get(session_id))
 
     async def _flush(self) -> None:
         while self.queue:
@@ -122,25 +188,31 @@ class Flusher:
         """One store call for ``now``; every future in it is resolved, whatever happens."""
         done: dict[str, bool] | None = None
         outcomes: dict[str, str | None] = {}
+        settle = now
         try:
             outcomes = {f.claimed.key[1]: f.error for f in now if not f.release_only}
             releases = {f.claimed.key[1]: f.claimed.turn.holder for f in now if f.claimed.turn}
             done = await StoreCalls(now[0].db).finish(outcomes, release_turns=releases)
-        except Exception:
-            logger.exception(
-                "could not record the outcome of %s; they stay running until reclaimed "
-                "(and their turn leases expire by themselves)",
-                ", ".join(sorted(outcomes)) or "no delivery",
-            )
+        except Exception as exc:
+            if unavailable(exc):
+                delay = self.outage.failed(exc)
+                moment = time.monotonic()
+                again = [f for f in now if moment + delay < self._deadline(f)]
+                self._retry_later(again, delay)
+                settle = [f for f in now if f not in again]
+                if settle:
+                    self._give_up(settle, f"the database stayed away: {one_line(exc)}")
+                    settle = []
+            else:
+                logger.exception(
+                    "could not record the outcome of %s; they stay running until reclaimed "
+                    "(and their turn leases expire by themselves)",
+                    ", ".join(sorted(outcomes)) or "no delivery",
+                )
         else:
+            self.outage.succeeded()
             completed = [sid for sid, error in outcomes.items() if error is None and done.get(sid)]
             if completed:
                 logger.info("completed %d handoff(s): %s", len(completed), ", ".join(completed))
         finally:
-            for finish in now:
-                self.turns.drop(finish.claimed)
-                if not finish.release_only:
-                    self.settled.add(finish.claimed.key)
-                if not finish.recorded.done():
-                    session_id = finish.claimed.key[1]
-                    finish.recorded.set_result(None if done is None else done.get(session_id))
+            self._settle(settle, done)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import SideTaskFailed
+from ..outage import BACKOFF_CEILING, Outage, unavailable
 from . import profiles, settings, upkeep
 from .claimed import Claimed, Key, Turn, TurnTable
 from .claims import Claims, ScopeState
@@ -45,13 +46,21 @@ class HandoffWatch:
         )
         self.wakeup = self.host.wakeup
         self.table = TurnTable()
-        self.flusher = Flusher(self.table)
+        self.flusher = Flusher(
+            self.table,
+            patience=self.settings.lease_seconds or self.settings.turn_seconds,
+            close_patience=drain_timeout,
+        )
         self.deliveries = Deliveries(self.host, self.flusher, self._wake)
         self.claims = Claims(self.host, self.settings, self.deliveries, self.table, self._wake)
         self.upkeep = Upkeep(self.host, self.settings, self.deliveries, self.flusher, self.table)
         self.scopes: list[Scope] = []
         self.states: dict[str | None, ScopeState] = {}
         self.side_tasks: dict[str, asyncio.Task[None]] = {}
+        #: Per scope: its trouble reaching its store, and when to poll it next meanwhile.
+        self.outages: dict[str | None, Outage] = {}
+        self.retry_at: dict[str | None, float] = {}
+        self.loop_restarts = 0
         self.failure: BaseException | None = None
         self.reclaimed = False
         self.last_tick: float | None = None
@@ -94,14 +103,32 @@ class HandoffWatch:
         self._start_side_tasks()
         self.flusher.start()
         try:
-            while self.host.running and self.failure is None:
-                await self._tick_all()
-                await self._pause()
+            await self._supervised_ticks()
         finally:
             await self._drain()  # leases are still renewed while draining
             await self._stop_side_tasks()
         if self.failure is not None:
             raise SideTaskFailed(f"the watcher stopped: {self.failure}") from self.failure
+
+    async def _supervised_ticks(self) -> None:
+        """Tick and pause until stopped. An unexpected error out of a tick (the poll's own
+        errors are handled per scope) restarts the loop after a growing pause rather than
+        ending the watcher; each restart is counted (``loop_restarts``, and the metrics'
+        ``hermes_state_watch_loop_restarts``)."""
+        trouble = Outage("the watch loop", logger, first_delay=self.settings.restart_delay)
+        while self.host.running and self.failure is None:
+            try:
+                await self._tick_all()
+            except Exception as exc:
+                self.loop_restarts += 1
+                if self.host.metrics is not None:
+                    restarted = getattr(self.host.metrics, "loop_restarted", None)
+                    if callable(restarted):
+                        restarted()
+                await upkeep.nap(trouble.failed(exc))
+                continue
+            trouble.succeeded()
+            await self._pause()
 
     async def _drain(self) -> None:
         """Stop: give in-flight deliveries ``drain_timeout`` seconds, then cancel the rest;
@@ -145,19 +172,37 @@ class HandoffWatch:
             self.reclaimed = True
             await self.upkeep.reclaim_stranded(self.scopes)
         for profile_name, home in self.scopes:
+            outage = self._outage(profile_name)
+            if time.monotonic() < self.retry_at.get(profile_name, 0.0):
+                continue  # its store is away: polled again once its pause is over
             if home is not None and not await self._scope_is_busy(home):
                 continue
             try:
                 async with profiles.enter_scope(home):
                     state = self.states.setdefault(profile_name, ScopeState())
                     await self.claims.tick(self.host.store, profile_name, home, state)
-            except Exception:
-                logger.warning(
-                    "poll of %s failed; retrying next tick",
-                    profile_name or "the root store",
-                    exc_info=True,
-                )
+            except Exception as exc:
+                pause = outage.failed(exc)
+                self.retry_at.pop(profile_name, None)
+                if unavailable(exc):  # else (a broken file, a bug): polled again next tick
+                    self.retry_at[profile_name] = time.monotonic() + pause
+            else:
+                self.retry_at.pop(profile_name, None)
+                if outage.down:
+                    outage.succeeded()
+                    self._wake()  # back: look again at once for what piled up
         self.last_tick = time.monotonic()
+
+    def _outage(self, profile_name: str | None) -> Outage:
+        outage = self.outages.get(profile_name)
+        if outage is None:
+            outage = Outage(
+                f"poll of {profile_name or 'the root store'}",
+                logger,
+                first_delay=min(self.settings.interval, BACKOFF_CEILING) or 0.2,
+            )
+            self.outages[profile_name] = outage
+        return outage
 
     async def _scope_is_busy(self, home: Path) -> bool:
         """The idle gate: skip a profile only when its store says nothing is pending. One that
@@ -169,7 +214,11 @@ class HandoffWatch:
             return True
 
     async def _pause(self) -> None:
-        """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one."""
+        """Between ticks: ``interval`` seconds, cut short by a wake-up when the runner has one.
+
+        A wake-up also ends the backoff of scopes whose store was away: it comes from the
+        database (a NOTIFY, the LISTEN connection back, a request or a recorded outcome in
+        this process), so the store is likely back."""
         interval = self.settings.interval
         if self.wakeup is None or interval <= 0:  # no pause: one turn of the loop
             await asyncio.sleep(interval)
@@ -178,6 +227,8 @@ class HandoffWatch:
                 async with asyncio.timeout(interval):
                     await self.wakeup.wait()
         if self.wakeup is not None:
+            if self.wakeup.is_set():
+                self.retry_at.clear()
             self.wakeup.clear()
 
     def _wake(self) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..outage import Outage
 from . import profiles
 from .adapter import StoreCalls
 from .claimed import Key, Turn, TurnTable
@@ -82,17 +84,26 @@ class Upkeep:
 
     async def keep_leases(self, period: float, scopes: list[Scope]) -> None:
         """Every ``period`` s: renew the leases of rows in flight, and fail rows whose lease
-        expired (their gateway stopped renewing: it died or hung), in every scope."""
+        expired (their gateway stopped renewing: it died or hung), in every scope. Upkeep the
+        database could not take is tried again sooner, with a growing jittered pause (at most
+        ``period``), until it goes through: a lease must not lapse over a short outage."""
+        outages = {
+            profile_name: Outage(f"lease upkeep in {profile_name or 'the root store'}", logger)
+            for profile_name, _home in scopes
+        }
+        pause = period
         while True:
-            await nap(period)
+            await nap(pause)
+            pause = period
             for profile_name, home in scopes:
+                outage = outages[profile_name]
                 try:
                     async with profiles.enter_scope(home):
                         await self._leases(self.host.store, profile_name)
-                except Exception:
-                    logger.warning(
-                        "lease upkeep failed in %s", profile_name or "the root store", exc_info=True
-                    )
+                except Exception as exc:
+                    pause = min(pause, outage.failed(exc))
+                else:
+                    outage.succeeded()
 
     async def _leases(self, db: AsyncStore, profile_name: str | None) -> None:
         offers = store_offers(db)
@@ -102,6 +113,7 @@ class Upkeep:
                 held = self.deliveries.unsettled(profile_name)
                 if held:
                     renewed = set(await db.renew_handoff_leases(held))
+                    self.deliveries.renewed(profile_name, renewed)
             for session_id in sorted(set(held) - renewed):
                 logger.warning(
                     "lost the lease of %s: another gateway may have reclaimed it; "
@@ -114,22 +126,27 @@ class Upkeep:
 
     async def keep_turns(self) -> None:
         """Refresh the turn leases of deliveries in flight, a third of their life apart: one
-        call per store for all it holds, where the store can."""
+        call per store for all it holds, where the store can. A refresh the database could
+        not take is tried again sooner, with a growing jittered pause (as lease upkeep)."""
+        period = self.settings.turn_seconds / 3
+        outages: dict[Path | None, Outage] = {}
+        pause = period
         while True:
-            await nap(self.settings.turn_seconds / 3)
+            await nap(pause)
+            pause = period
             for home, turns in self.turns.by_home().items():
+                outage = outages.setdefault(
+                    home, Outage(f"turn lease upkeep in {home or 'the root store'}", logger)
+                )
                 try:
                     async with profiles.enter_scope(home), self.flusher.lock:
                         # A flush that gave a lease back meanwhile dropped it from the table.
                         turns = self.turns.still_held(turns)
                         lost = await self._refresh(self.host.store, turns)
-                except Exception:
-                    logger.warning(
-                        "could not refresh the turn leases of %s",
-                        ", ".join(sorted(turn.session_id for turn in turns.values())),
-                        exc_info=True,
-                    )
+                except Exception as exc:
+                    pause = min(pause, outage.failed(exc))
                     continue
+                outage.succeeded()
                 for key in lost:
                     if key in self.turns.turns:
                         logger.warning(

@@ -294,7 +294,9 @@ def test_a_postgresql_deadlock_victim_keeps_40p01(pg_url: URL) -> None:
     assert is_retryable(error.__cause__ or error)
 
 
-def test_a_read_only_postgresql_database_keeps_25006(tmp_path: Path) -> None:
+def test_a_read_only_postgresql_database_is_unavailable_and_keeps_25006(tmp_path: Path) -> None:
+    """A server that takes no writes is a standby (or set so): the database is unavailable
+    for writing, with advice about servers, never a read-only file's."""
     with migrated_database("postgresql") as url:
         with connection_of(url) as admin:
             admin.execute(
@@ -302,10 +304,16 @@ def test_a_read_only_postgresql_database_keeps_25006(tmp_path: Path) -> None:
             )
             admin.commit()
         with SessionDB(url=url) as db:
-            with pytest.raises(ReadOnlyDatabaseError) as refused:
+            with pytest.raises(DatabaseUnavailableError) as refused:
                 db.create_session("s", "cli")
             assert db.get_session("s") is None  # reads still work
+    assert not isinstance(refused.value, ReadOnlyDatabaseError)
     assert kept(refused.value) == ("postgresql", "25006")
+    message = str(refused.value)
+    assert "standby" in message
+    assert "target_session_attrs=read-write" in message
+    assert "permissions" not in message
+    assert "file" not in message
 
 
 def test_a_mariadb_lock_wait_timeout_keeps_1205(mysql_url: URL) -> None:
@@ -424,8 +432,9 @@ def test_a_mariadb_error_whose_message_misleads_is_classified_by_its_number(
             "53100",
         ),
         (
+            # A standby (or a database set read-only): the server, not a file, takes no writes.
             psycopg.errors.lookup("25006")("cannot execute INSERT in a read-only transaction"),
-            ReadOnlyDatabaseError,
+            DatabaseUnavailableError,
             False,
             "25006",
         ),
@@ -480,7 +489,7 @@ def mysql_packet_error(number: int, sqlstate: str, message: str) -> Exception:
             1290,
             "HY000",
             "The server is running with the --read-only option",
-            ReadOnlyDatabaseError,
+            DatabaseUnavailableError,
             False,
         ),
         (1114, "HY000", "The table 'sessions' is full", DiskFullError, False),
@@ -508,7 +517,28 @@ def test_pymysql_errors_are_classified_by_number(
             DatabaseUnavailableError,
             "postgresql",
         ),
-        (psycopg.OperationalError("the connection is lost"), DatabaseError, "postgresql"),
+        (
+            psycopg.OperationalError("the connection is lost"),
+            DatabaseUnavailableError,
+            "postgresql",
+        ),
+        (
+            psycopg.OperationalError(
+                'connection failed: connection to server at "127.0.0.1", port 5433 failed: '
+                "server is in hot standby mode"
+            ),
+            DatabaseUnavailableError,
+            "postgresql",
+        ),
+        (
+            psycopg.OperationalError(
+                'connection failed: connection to server at "127.0.0.1", port 5433 failed: '
+                "session is read-only"
+            ),
+            DatabaseUnavailableError,
+            "postgresql",
+        ),
+        (psycopg.OperationalError("something else went wrong"), DatabaseError, "postgresql"),
         (sqlite3.OperationalError("database or disk is full"), DiskFullError, "sqlite"),
         (
             sqlite3.OperationalError("attempt to write a readonly database"),
