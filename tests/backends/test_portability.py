@@ -131,7 +131,8 @@ def test_an_export_is_the_session_row_and_its_live_transcript(db: SessionDB) -> 
     assert exported == db.get_session("root")
     assert messages == db.get_messages("root")
     assert messages[0]["content"] == IMAGE  # multimodal content comes back as given
-    assert messages[1]["tool_calls"] == CALLS and messages[1]["reasoning"] == "think"
+    assert messages[1]["tool_calls"] == CALLS
+    assert messages[1]["reasoning"] == "think"
     assert exported["system_prompt"] == "be brief"
     assert db.export_session("tip") == {**db.get_session("tip"), "messages": []}  # type: ignore[dict-item]
     assert db.export_session("nobody") is None
@@ -150,7 +151,8 @@ def test_a_lineage_export_joins_the_compressed_segments_and_leaves_branches_out(
     assert [m["session_id"] for m in whole["messages"]] == ["root"] * 4 + ["tip"] * 2
     assert db.export_session_lineage("root") == whole | {"id": "tip"}
     branch = db.export_session_lineage("branch")
-    assert branch is not None and branch["lineage_session_ids"] == ["branch"]
+    assert branch is not None
+    assert branch["lineage_session_ids"] == ["branch"]
     assert db.export_session_lineage("nobody") is None
     assert db.export_session_lineage(None) is None
 
@@ -177,7 +179,8 @@ def test_the_export_guard_counts_live_messages_up_to_its_limit(
     with pytest.raises(SessionExportTooLargeError) as raised:
         db.assert_export_safe("root", max_messages=3)
     error = raised.value
-    assert isinstance(error, ValueError) and isinstance(error, HermesStateError)
+    assert isinstance(error, ValueError)
+    assert isinstance(error, HermesStateError)
     assert (error.session_id, error.message_count, error.limit) == ("root", 4, 3)
     assert db.assert_export_safe("root", max_messages=0) == 0  # no guard, nothing counted
     with pytest.raises(InvalidInputError):
@@ -200,7 +203,8 @@ def test_an_import_restores_what_was_exported(db: SessionDB) -> None:
     db.delete_sessions(list(before))
     assert db.export_all() == []
     result = db.import_sessions(exported)
-    assert result["ok"] is True and result["errors"] == []
+    assert result["ok"] is True
+    assert result["errors"] == []
     assert (result["imported"], result["skipped"], result["detached"]) == (4, 0, 0)
     assert sorted(result["imported_ids"]) == sorted(before)
     after = {row["id"]: comparable(row) for row in db.export_all()}
@@ -232,7 +236,8 @@ def test_an_id_that_exists_is_skipped_and_left_as_it_is(db: SessionDB) -> None:
     assert db.get_session("s1")["model"] == "mine"  # type: ignore[index]
     assert [m["content"] for m in db.get_messages("s1")] == ["kept"]
     new = db.get_session("s2")
-    assert new is not None and new["source"] == "import"  # upstream's default source
+    assert new is not None
+    assert new["source"] == "import"
 
 
 def test_live_state_is_not_imported(db: SessionDB) -> None:
@@ -249,8 +254,10 @@ def test_live_state_is_not_imported(db: SessionDB) -> None:
     assert db.import_sessions([record])["imported"] == 1
     row = db.get_session("s1")
     assert row is not None
-    assert row["handoff_state"] is None and row["session_key"] is None
-    assert row["chat_id"] is None and row["last_activity_description"] is None
+    assert row["handoff_state"] is None
+    assert row["session_key"] is None
+    assert row["chat_id"] is None
+    assert row["last_activity_description"] is None
     assert row["message_count"] == 1  # counted from the messages, not taken from the row
     assert db.get_messages("s1")[0]["timestamp"] == 10.0
 
@@ -267,7 +274,8 @@ def test_parents_are_linked_in_any_order_and_dropped_when_missing_or_cyclic(
         {"id": "b", "parent_session_id": "a", "messages": []},
     ]
     result = db.import_sessions(payload)
-    assert result["ok"] is True and result["detached"] == 2
+    assert result["ok"] is True
+    assert result["detached"] == 2
     parents = {sid: db.get_session(sid)["parent_session_id"] for sid in ("child", "later")}  # type: ignore[index]
     assert parents == {"child": "later", "later": "stored"}
     assert db.get_session("orphan")["parent_session_id"] is None  # type: ignore[index]
@@ -304,7 +312,8 @@ def test_a_bad_record_is_reported_and_nothing_is_written(
     assert result["ok"] is False
     assert (result["imported"], result["skipped"], result["detached"]) == (0, 0, 0)
     [reported] = result["errors"]
-    assert reported["index"] == 1 and error in reported["error"]
+    assert reported["index"] == 1
+    assert error in reported["error"]
     assert database_digest(backend_url) == digest
 
 
@@ -317,10 +326,12 @@ def test_a_duplicate_id_or_a_taken_title_refuses_the_whole_import(
     twice = db.import_sessions([{"id": "x"}, {"id": "x"}])
     assert twice["errors"] == [{"index": 1, "session_id": "x", "error": "duplicate session id"}]
     clash = db.import_sessions([{"id": "y"}, {"id": "z", "title": "Taken"}])
-    assert clash["ok"] is False and clash["errors"][0]["session_id"] == "z"
+    assert clash["ok"] is False
+    assert clash["errors"][0]["session_id"] == "z"
     assert "already the title of session 'there'" in clash["errors"][0]["error"]
     same = db.import_sessions([{"id": "p", "title": "New"}, {"id": "q", "title": "New"}])
-    assert same["ok"] is False and same["errors"][0]["index"] == 1
+    assert same["ok"] is False
+    assert same["errors"][0]["index"] == 1
     assert database_digest(backend_url) == digest
 
 
@@ -399,7 +410,8 @@ def test_an_export_goes_round_sqlite_postgresql_mariadb_and_back(
             again = json.loads(json.dumps(db.export_all()))
             assert sorted((comparable(r) for r in again), key=lambda r: r["id"]) == expected
             got = db.export_session_lineage("tip")
-            assert got is not None and lineage is not None
+            assert got is not None
+            assert lineage is not None
             assert got["lineage_session_ids"] == lineage["lineage_session_ids"]
             assert comparable(got) == comparable(lineage)
             assert db.import_sessions(again)["skipped"] == 4
