@@ -156,10 +156,6 @@ class _Record:
     end_reason: str | None
 
 
-class _Refused(Exception):
-    """A record is refused: its message goes into the import's ``errors``."""
-
-
 def _error(index: int, session_id: str, error: str) -> Row:
     item: Row = {"index": index, "error": error}
     if session_id:
@@ -185,22 +181,16 @@ def _succeeded(imported: list[str], skipped: list[str], detached: int) -> Row:
 
 def _text_or_none(name: str, value: object) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise _Refused(f"{name} must be a string")
-    try:
-        return require_text(name, value)
-    except HermesStateError as exc:
-        raise _Refused(str(exc)) from None
+        raise InvalidInputError(f"{name} must be a string")
+    return require_text(name, value)
 
 
 def _bounded(name: str, value: str | None, max_length: int | None) -> str | None:
     if value is None or value == "":
         return value
-    try:
-        if max_length is None:
-            return require_identifier(name, value)
-        return require_identifier(name, value, max_length=max_length)
-    except HermesStateError as exc:
-        raise _Refused(str(exc)) from None
+    if max_length is None:
+        return require_identifier(name, value)
+    return require_identifier(name, value, max_length=max_length)
 
 
 def _json_object(value: object) -> str | None:
@@ -211,16 +201,16 @@ def _json_object(value: object) -> str | None:
         try:
             parsed = json.loads(value)
         except ValueError:
-            raise _Refused("model_config must be valid JSON") from None
+            raise InvalidInputError("model_config must be valid JSON") from None
         if not isinstance(parsed, dict):
-            raise _Refused("model_config must be a JSON object")
+            raise InvalidInputError("model_config must be a JSON object")
         return _text_or_none("model_config", value)
     if not isinstance(value, dict):
-        raise _Refused("model_config must be a JSON object")
+        raise InvalidInputError("model_config must be a JSON object")
     try:
         return _text_or_none("model_config", json.dumps(value))
     except (TypeError, ValueError):
-        raise _Refused("model_config must be JSON serializable") from None
+        raise InvalidInputError("model_config must be JSON serializable") from None
 
 
 def _number(value: object) -> float | None:
@@ -251,19 +241,19 @@ def _message(index: int, message: Mapping[str, Any], now: float) -> tuple[dict[s
     where = f"messages[{index}]"
     role = message.get("role")
     if not isinstance(role, str) or not role:
-        raise _Refused(f"{where}.role must be a non-empty string")
+        raise InvalidInputError(f"{where}.role must be a non-empty string")
     for name in MESSAGE_TEXT:
         if message.get(name) is not None and not isinstance(message.get(name), str):
-            raise _Refused(f"{name} must be a string")
+            raise InvalidInputError(f"{name} must be a string")
     given = dict(message)
     token_count = given.get("token_count")
     if token_count is not None:
         try:
             given["token_count"] = int(token_count)
         except (TypeError, ValueError, OverflowError):
-            raise _Refused("token_count must be an integer") from None
+            raise InvalidInputError("token_count must be an integer") from None
         if abs(given["token_count"]) > _BIGGEST:
-            raise _Refused("token_count must be an integer") from None
+            raise InvalidInputError("token_count must be an integer") from None
     for name in _REASONING_JSON:
         value = given.get(name)
         if isinstance(value, str):
@@ -279,7 +269,7 @@ def _message(index: int, message: Mapping[str, Any], now: float) -> tuple[dict[s
             "now": now if timestamp is None else timestamp,
         }
     except HermesStateError as exc:
-        raise _Refused(f"{where}: {exc}") from None
+        raise InvalidInputError(f"{where}: {exc}") from None
     return row, tool_calls
 
 
@@ -326,7 +316,9 @@ def _record(index: int, raw: Mapping[str, Any], session_id: str, now: float) -> 
     )
 
 
-def _json_size(raw: object) -> int | None:
+def json_size(raw: object) -> int | None:
+    """The bytes of ``raw`` as compact UTF-8 JSON, as the import's size caps count them (None:
+    not JSON serializable)."""
     try:
         text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError):
@@ -365,7 +357,7 @@ def _checked(sessions: list[Any], now: float) -> tuple[list[_Record], list[Row]]
         if any(not isinstance(message, dict) for message in messages):
             errors.append(_error(index, session_id, "messages must contain only objects"))
             continue
-        size = _json_size(raw)
+        size = json_size(raw)
         if size is None:
             errors.append(_error(index, session_id, "session must be JSON serializable"))
             continue
@@ -377,13 +369,10 @@ def _checked(sessions: list[Any], now: float) -> tuple[list[_Record], list[Row]]
             errors.append(_error(index, session_id, "import exceeds the total size limit"))
             continue
         try:
-            require_identifier("id", session_id)
+            require_identifier("session id", session_id)
             record = _record(index, raw, session_id, now)
-        except _Refused as exc:
-            errors.append(_error(index, session_id, str(exc)))
-            continue
         except HermesStateError as exc:
-            errors.append(_error(index, session_id, f"id: {exc}"))
+            errors.append(_error(index, session_id, str(exc)))
             continue
         total_messages += len(record.messages)
         if total_messages > IMPORT_MAX_TOTAL_MESSAGES:
@@ -392,6 +381,12 @@ def _checked(sessions: list[Any], now: float) -> tuple[list[_Record], list[Row]]
         seen.add(session_id)
         records.append(record)
     return records, errors
+
+
+def import_problems(sessions: list[Any], now: float = 0.0) -> list[Row]:
+    """What ``import_sessions`` would refuse in ``sessions`` before writing anything (each
+    error with the record's ``index``): empty when every record passes its checks."""
+    return _checked(sessions, now)[1]
 
 
 # -- import: the write ------------------------------------------------------------------------

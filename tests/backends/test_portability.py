@@ -295,7 +295,7 @@ BAD_RECORDS = [
     ({"id": "ok", "messages": [{"role": "user", "token_count": "x"}]}, "token_count must be"),
     ({"id": "ok", "messages": [{"role": "user", "tool_name": 3}]}, "tool_name must be a string"),
     ({"id": "ok", "title": "nul \x00", "messages": []}, "NUL"),
-    ({"id": "x" * 300, "messages": []}, "id:"),
+    ({"id": "x" * 300, "messages": []}, "session id is 300 characters"),
     ({"id": "ok", "source": "s" * 65, "messages": []}, "source is 65 characters"),
     ({"id": "ok", "started_at": object(), "messages": []}, "JSON serializable"),
 ]
