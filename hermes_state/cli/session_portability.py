@@ -222,12 +222,11 @@ def _read(path: str) -> _Parsed:
     parsed = _Parsed()
     seen: dict[str, int] = {}
     for number, raw in _lines(path):
-        text = raw.strip()
-        if not text:
+        if not raw.strip():
             continue
         where = f"line {number}"
         try:
-            session = json.loads(text.decode("utf-8"))
+            session = json.loads(raw.rstrip(b"\r\n").decode("utf-8"))
         except UnicodeDecodeError:
             raise InvalidInputError(f"{where}: not UTF-8 text; nothing was imported") from None
         except json.JSONDecodeError as exc:
