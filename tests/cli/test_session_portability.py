@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from tests.support.digest import database_digest
 
 
 @pytest.fixture
-def source(tmp_path: Path) -> Iterator[Path]:
+def source(tmp_path: Path) -> Path:
     """A database with three sessions (one of them compressed into a continuation)."""
     path = tmp_path / "source.db"
     with SessionDB(path) as db:
@@ -31,7 +31,7 @@ def source(tmp_path: Path) -> Iterator[Path]:
         db.append_message("beta", "user", "more")
         db.create_session("gamma", "telegram")
         db.append_message("gamma", "user", "日本語")
-    yield path
+    return path
 
 
 @pytest.fixture
@@ -184,25 +184,43 @@ def test_import_reads_stdin_and_refuses_what_is_no_file(
     assert "line 1: not UTF-8" in cli("session", "import", str(binary), "--url", str(target)).err
 
 
+#: What an import leaves out on purpose, as upstream's own import does: the gateway routing of
+#: a live channel, and what is derived (``last_active``: the listing's, not a column).
+NOT_IMPORTED = frozenset(
+    {
+        "session_key",
+        "chat_id",
+        "chat_type",
+        "thread_id",
+        "display_name",
+        "origin_json",
+        "last_active",
+    }
+)
+
+
 def test_an_upstream_written_export_imports_with_everything_kept(
     cli: Callable[..., CliResult], target: Path
 ) -> None:
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "upstream-sessions-export.jsonl"
-    if not fixture.exists():
-        pytest.skip("no upstream-written export in tests/fixtures yet")
     written = lines(fixture.read_text(encoding="utf-8"))
     done = cli("session", "import", str(fixture), "--url", str(target), "--json")
     assert done.code == 0
-    assert done.json()["imported"] == len(written)
+    assert done.json()["imported"] == len(written) == 5
     with SessionDB(target) as db:
         for session in written:
             mine = db.export_session(str(session["id"]))
             assert mine is not None
-            for name in ("source", "model", "title", "system_prompt", "started_at", "ended_at"):
-                assert mine[name] == session.get(name), name
+            kept = set(session) - NOT_IMPORTED - {"messages"}
+            assert {k: mine.get(k) for k in kept} == {k: session[k] for k in kept}
             theirs = session["messages"]
             assert isinstance(theirs, list)
             assert len(mine["messages"]) == len(theirs)
             for got, given in zip(mine["messages"], theirs, strict=True):
-                for name in ("role", "content", "tool_calls", "tool_call_id", "timestamp"):
-                    assert got.get(name) == given.get(name), (session["id"], name)
+                assert isinstance(given, dict)
+                # Every key upstream's export has (this schema has more), all but the row id.
+                assert {k: got.get(k) for k in given if k != "id"} == {
+                    k: v for k, v in given.items() if k != "id"
+                }
+        assert db.get_compression_lineage("tg-child") == ["tg-parent", "tg-child"]
+        assert len(db.get_session("cli-1")["system_prompt"] or "") > 0  # type: ignore[index]
