@@ -428,8 +428,8 @@ def _imported(caps: Capabilities, records: list[_Record]) -> Body[Row]:
             taken = yield Step(statements.title_taken(), {"title": title})
             holder = str(taken.rows[0]["id"]) if taken.rows else None
         if holder is not None:
-            message = f"title {title!r} is already the title of session {holder!r}"
-            errors.append(_error(record.index, record.session_id, message))
+            why = f"title {title!r} is already the title of session {holder!r}"
+            errors.append(_error(record.index, record.session_id, why))
         titles.setdefault(title, record.session_id)
     if errors:
         return _failed(errors)

@@ -50,7 +50,7 @@ def import_session() -> Insert:
     values: dict[str, Any] = {
         name: bindparam(name, type_=_c[name].type) for name in IMPORTED_COLUMNS
     }
-    zero = literal_column("0")
+    zero: Any = literal_column("0")
     values.update(message_count=zero, tool_call_count=zero)
     return sessions.insert().values(**values)
 
@@ -110,7 +110,7 @@ def title_taken() -> Select[tuple[Any]]:
 
 
 @functools.cache
-def count_live_messages_upto() -> Select[tuple[Any]]:
+def count_live_messages_upto() -> Select[Any]:
     """How many live messages ``:session_id`` has, counting no further than ``:bound`` (the
     export guard only needs to know whether the limit is passed)."""
     m = messages.c
