@@ -224,3 +224,26 @@ def test_an_upstream_written_export_imports_with_everything_kept(
                 }
         assert db.get_compression_lineage("tg-child") == ["tg-parent", "tg-child"]
         assert len(db.get_session("cli-1")["system_prompt"] or "") > 0  # type: ignore[index]
+
+
+@pytest.mark.parametrize("vintage", ["schema30", "schema11"])
+def test_an_upstream_file_not_adopted_yet_exports_unchanged_and_imports_elsewhere(
+    cli: Callable[..., CliResult], target: Path, tmp_path: Path, vintage: str
+) -> None:
+    from tests.support.vintages import REAL_SCHEMA11, REAL_SCHEMA30
+
+    home = tmp_path / "home"
+    home.mkdir()
+    upstream = home / "state.db"
+    upstream.write_bytes((REAL_SCHEMA30 if vintage == "schema30" else REAL_SCHEMA11).read_bytes())
+    before = upstream.read_bytes()
+    out = tmp_path / "upstream.jsonl"
+    done = cli("session", "export", "--url", str(upstream), "-o", str(out), "--json")
+    assert done.code == 0, done.err
+    assert upstream.read_bytes() == before  # read through the lens, not adopted
+    assert sorted(p.name for p in home.iterdir()) == ["state.db"]
+    exported = done.json()["exported"]
+    assert exported > 0
+    imported = cli("session", "import", str(out), "--url", str(target), "--json")
+    assert imported.code == 0, imported.err
+    assert imported.json()["imported"] == exported
