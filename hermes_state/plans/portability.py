@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -90,6 +91,18 @@ def resolved_max_export_messages() -> int:
     except ValueError:
         return MAX_SAFE_EXPORT_MESSAGES
     return limit if limit >= 0 else MAX_SAFE_EXPORT_MESSAGES
+
+
+def _configured_limit() -> int:
+    """The limit a guard without ``max_messages`` uses: ``hermes_state.resolved_max_export_
+    messages()`` as the package holds it when the call is made (upstream's callers and tests
+    replace that function on the package to change the limit), else this module's."""
+    package = sys.modules.get(__name__.partition(".")[0])
+    resolve = getattr(package, "resolved_max_export_messages", None) if package else None
+    limit = resolve() if callable(resolve) else resolved_max_export_messages()
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidInputError(f"resolved_max_export_messages() gave {limit!r}, not an int")
+    return limit
 
 
 # -- export -----------------------------------------------------------------------------------
@@ -496,7 +509,7 @@ class PortabilityPlans:
     def assert_export_safe(self, session_id: object, max_messages: object = None) -> Plan[int]:
         sid = require_identifier("session_id", session_id)
         if max_messages is None:
-            limit = resolved_max_export_messages()
+            limit = _configured_limit()
         elif isinstance(max_messages, bool) or not isinstance(max_messages, int):
             raise InvalidInputError(f"max_messages must be an int, not {max_messages!r}")
         else:

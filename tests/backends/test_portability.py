@@ -193,6 +193,19 @@ def test_the_export_guard_counts_live_messages_up_to_its_limit(
     assert hermes_state.resolved_max_export_messages() == hermes_state.MAX_SAFE_EXPORT_MESSAGES
 
 
+def test_the_guard_reads_the_limit_where_upstreams_callers_replace_it(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversation(db)
+    monkeypatch.setattr(hermes_state, "resolved_max_export_messages", lambda: 0)
+    assert db.assert_export_safe("root") == 0  # guard off: nothing counted
+    monkeypatch.setattr(hermes_state, "resolved_max_export_messages", lambda: 3)
+    with pytest.raises(SessionExportTooLargeError):
+        db.assert_export_safe("root")
+    assert SessionDB._IMPORT_MAX_SESSIONS == 500  # upstream's names for its caps
+    assert SessionDB._IMPORT_MAX_SESSION_BYTES == 5 * 1024 * 1024
+
+
 # -- import -----------------------------------------------------------------------------------
 
 
