@@ -141,6 +141,24 @@ def test_the_library_backs_up_in_steps_and_reports_progress(state: Path, tmp_pat
         backup.backup_sqlite(state, tmp_path / "other.db", pages=0)
 
 
+def test_a_copy_that_fails_its_check_leaves_nothing_behind(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    checked = backup.verify_sqlite
+
+    def failing(path: Path | str) -> backup.Verified:
+        if Path(path).name.endswith(".partial"):
+            raise InvalidInputError("simulated: the copy fails integrity_check")
+        return checked(path)
+
+    monkeypatch.setattr(backup, "verify_sqlite", failing)
+    with pytest.raises(InvalidInputError, match="simulated"):
+        backup.backup_sqlite(state, folder / "copy.db")
+    assert list(folder.iterdir()) == []
+
+
 def test_backup_refuses_an_existing_destination_and_a_missing_folder(
     cli: Callable[..., CliResult], state: Path, tmp_path: Path
 ) -> None:
