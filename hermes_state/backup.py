@@ -32,7 +32,9 @@ __all__ = [
     "Copy",
     "Verified",
     "backup_sqlite",
+    "check_destination",
     "dump_command",
+    "is_empty_target",
     "restore_sqlite",
     "verify_sqlite",
 ]
@@ -118,7 +120,8 @@ def verify_sqlite(path: Path | str) -> Verified:
     return Verified(file, file.stat().st_size, state.revision, upstream, sessions, messages)
 
 
-def _fresh_destination(dest: Path) -> None:
+def check_destination(dest: Path) -> None:
+    """A backup's DEST: a new file in an existing folder (bad input otherwise)."""
     if dest.exists() or dest.is_symlink():
         raise InvalidInputError(f"{dest} exists; a backup never replaces a file, choose a new name")
     if not dest.parent.is_dir():
@@ -202,7 +205,7 @@ def backup_sqlite(
     origin, target = Path(source), Path(dest)
     if pages == 0 or pages < -1:
         raise InvalidInputError(f"pages must be -1 (all at once) or above 0, not {pages}")
-    _fresh_destination(target)
+    check_destination(target)
     checked = verify_sqlite(origin)
     with _temporary_beside(target) as temporary:
         with translated(str(temporary)), contextlib.closing(sqlite3.connect(temporary)) as copy:
@@ -223,7 +226,7 @@ def _renamed(verified: Verified, path: Path) -> Verified:
     )
 
 
-def _is_empty_target(path: Path) -> bool:
+def is_empty_target(path: Path) -> bool:
     """Absent, zero bytes, no tables, or a state database holding no session and no message."""
     state = look_at_sqlite_file(resolve_url(path))
     if state.kind is FileKind.NEW:
@@ -251,7 +254,7 @@ def restore_sqlite(
     if not destination.parent.is_dir():
         raise InvalidInputError(f"{destination.parent} is not a folder; create it first")
     checked = verify_sqlite(origin)
-    if destination.exists() and not _is_empty_target(destination):
+    if destination.exists() and not is_empty_target(destination):
         raise InvalidInputError(
             f"{destination} is not empty (it holds sessions or messages, or is another "
             "application's database); a restore goes onto an absent or empty database only"

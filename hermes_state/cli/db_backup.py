@@ -39,6 +39,16 @@ def configure(actions: Any) -> None:
     configure_restore(actions)
 
 
+def _dry_run_option(parser: argparse.ArgumentParser, what: str) -> None:
+    add_option(
+        parser,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help=f"check the source and the destination, say what {what} would do; write nothing",
+    )
+
+
 def _pages_option(parser: argparse.ArgumentParser) -> None:
     add_option(
         parser,
@@ -90,6 +100,27 @@ def _lines(verb: str, done: backup.Copy) -> list[str | Any]:
     ]
 
 
+def _would(verb: str, found: backup.Verified, onto: Path) -> Result:
+    document = {
+        "dry_run": True,
+        "source": str(found.path),
+        "destination": str(onto),
+        "bytes": found.bytes,
+        "sessions": found.sessions,
+        "messages": found.messages,
+        "revision": found.revision,
+        "upstream_schema": found.upstream_schema,
+    }
+    return Result(
+        document,
+        [
+            f"dry run: would {verb} {found.path} ({_size(found.bytes)}, {found.sessions} "
+            f"session(s), {found.messages} message(s), {found.described}, integrity_check ok) "
+            f"to {onto}"
+        ],
+    )
+
+
 # -- backup ---------------------------------------------------------------------------------------
 
 
@@ -108,6 +139,7 @@ def configure_backup(actions: Any) -> None:
     )
     parser.add_argument("dest", metavar="DEST", help="the backup file to create")
     _pages_option(parser)
+    _dry_run_option(parser, "the backup")
     add_option(
         parser,
         "--run-dump",
@@ -123,6 +155,10 @@ def run_backup(args: argparse.Namespace, out: Output) -> Result:
     if not is_sqlite(url):
         return _server_backup(url, dest, args.run_dump)
     assert url.database is not None
+    if args.dry_run:
+        backup.check_destination(dest)
+        found = backup.verify_sqlite(Path(url.database))
+        return _would("back up", found, dest)
 
     def shown(done: int, total: int) -> None:
         out.progress(f"backup: {done} of {total} pages")
@@ -187,6 +223,7 @@ def configure_restore(actions: Any) -> None:
     )
     parser.add_argument("source", metavar="SRC", help="the SQLite backup file to restore")
     _pages_option(parser)
+    _dry_run_option(parser, "the restore")
 
 
 def _checked_source(source: Path) -> None:
@@ -215,6 +252,13 @@ def run_restore(args: argparse.Namespace, out: Output) -> Result:
             error="db restore writes SQLite files only; use `db copy` for a server (see above)",
         )
     assert url.database is not None
+    if args.dry_run:
+        target = Path(url.database)
+        if target.exists() and not backup.is_empty_target(target):
+            raise InvalidInputError(
+                f"{target} is not empty; a restore goes onto an absent or empty database only"
+            )
+        return _would("restore", backup.verify_sqlite(source), target)
 
     def shown(done: int, total: int) -> None:
         out.progress(f"restore: {done} of {total} pages")

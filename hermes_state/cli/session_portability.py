@@ -175,6 +175,13 @@ def configure_import(actions: Any) -> None:
         "nothing the second time.",
     )
     parser.add_argument("file", metavar="FILE", help="the JSONL file ('-' for stdin)")
+    add_option(
+        parser,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="check every line and count what would be imported or skipped; write nothing",
+    )
 
 
 def _lines(path: str) -> Iterator[tuple[int, bytes]]:
@@ -295,6 +302,8 @@ def run_import(args: argparse.Namespace, out: Output) -> Result:
         problems = portability.import_problems([parsed.sessions[i] for i in group])
         if problems:
             raise InvalidInputError(_refusal(parsed, group, problems))
+    if args.dry_run:
+        return _dry_import(args, parsed)
     totals = {"imported": 0, "skipped": 0, "detached": 0}
     with open_store(args) as db:
         for done, group in enumerate(groups):
@@ -316,3 +325,25 @@ def run_import(args: argparse.Namespace, out: Output) -> Result:
         + (f", {totals['detached']} detached from a missing parent" if totals["detached"] else "")
     )
     return Result(document, [text])
+
+
+def _dry_import(args: argparse.Namespace, parsed: _Parsed) -> Result:
+    with open_store(args, read_only=True) as db:
+        stored = sum(
+            db.get_session(str(session.get("id") or "").strip()) is not None
+            for session in parsed.sessions
+        )
+    document = {
+        "dry_run": True,
+        "imported": len(parsed.sessions) - stored,
+        "skipped": stored,
+        "sessions": len(parsed.sessions),
+        "file": args.file,
+    }
+    return Result(
+        document,
+        [
+            f"dry run: every line passes its checks; would import {document['imported']} "
+            f"session(s) and skip {stored} already stored"
+        ],
+    )

@@ -189,6 +189,26 @@ def test_backup_refuses_a_source_that_is_no_database(
     assert not list(tmp_path.glob(".copy.db.*"))
 
 
+def test_dry_runs_check_everything_and_write_nothing(
+    cli: Callable[..., CliResult], state: Path, tmp_path: Path
+) -> None:
+    dest = tmp_path / "copy.db"
+    done = cli("db", "backup", str(dest), "--url", str(state), "--dry-run", "--json")
+    assert done.code == 0, done.err
+    assert done.json()["sessions"] == 20
+    assert not dest.exists()
+    assert cli("db", "backup", str(state), "--url", str(state), "--dry-run").code == 2
+    assert cli("db", "backup", str(dest), "--url", str(state)).code == 0
+    target = tmp_path / "restored.db"
+    would = cli("db", "restore", str(dest), "--url", str(target), "--dry-run")
+    assert would.code == 0
+    assert "would restore" in would.out
+    assert not target.exists()
+    onto_rows = cli("db", "restore", str(dest), "--url", str(state), "--dry-run")
+    assert onto_rows.code == 2
+    assert "not empty" in onto_rows.err
+
+
 def test_a_restore_goes_onto_an_absent_or_empty_database(
     cli: Callable[..., CliResult], state: Path, tmp_path: Path
 ) -> None:

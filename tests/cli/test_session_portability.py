@@ -247,3 +247,29 @@ def test_an_upstream_file_not_adopted_yet_exports_unchanged_and_imports_elsewher
     imported = cli("session", "import", str(out), "--url", str(target), "--json")
     assert imported.code == 0, imported.err
     assert imported.json()["imported"] == exported
+
+
+def test_a_dry_run_import_checks_every_line_and_writes_nothing(
+    cli: Callable[..., CliResult], source: Path, target: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "sessions.jsonl"
+    assert cli("session", "export", "gamma", "--url", str(source), "-o", str(out)).code == 0
+    with SessionDB(target) as db:
+        db.create_session("gamma", "cli")
+    digest = database_digest(f"sqlite:///{target}")
+    assert cli("session", "export", "--url", str(source), "-o", str(out), "--force").code == 0
+    done = cli("session", "import", str(out), "--url", str(target), "--dry-run", "--json")
+    assert done.code == 0
+    assert done.json() == {
+        "dry_run": True,
+        "imported": 2,
+        "skipped": 1,
+        "sessions": 3,
+        "file": str(out),
+    }
+    assert database_digest(f"sqlite:///{target}") == digest
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\nnope\n')
+    refused = cli("session", "import", str(bad), "--url", str(target), "--dry-run")
+    assert refused.code == 2
+    assert "line 2" in refused.err
