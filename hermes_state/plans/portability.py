@@ -429,7 +429,10 @@ def _imported(caps: Capabilities, records: list[_Record]) -> Body[Row]:
     skipped: list[str] = []
     for record in records:
         found = yield Step(statements.session_exists(), {"session_id": record.session_id})
-        (skipped.append(record.session_id) if found.rows else fresh.append(record))
+        if found.rows:
+            skipped.append(record.session_id)
+        else:
+            fresh.append(record)
     errors: list[Row] = []
     titles: dict[str, str] = {}
     for record in fresh:
