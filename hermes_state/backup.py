@@ -16,7 +16,7 @@ from typing import Final
 
 from sqlalchemy.engine import URL
 
-from .engine import connect_for_reading, resolve_url
+from .engine import connect_for_reading, describe, resolve_url
 from .errors import (
     DatabaseCorruptError,
     ForeignDatabaseError,
@@ -30,12 +30,15 @@ from .schema import FileKind, is_known_revision, look_at_sqlite_file, upstream_s
 __all__ = [
     "PAGES_PER_STEP",
     "Copy",
+    "ServerRestore",
     "Verified",
     "backup_sqlite",
     "check_destination",
     "dump_command",
     "is_empty_target",
+    "restore_onto_server",
     "restore_sqlite",
+    "server_counts",
     "verify_sqlite",
 ]
 
@@ -272,6 +275,65 @@ def restore_sqlite(
             restarts = _online_copy(origin, db, pages, progress)
     made = verify_sqlite(destination)
     return Copy(checked, made, time.monotonic() - started, restarts)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRestore:
+    """A restore onto a server database: the backup as checked, the target's counts after."""
+
+    source: Verified
+    target: str
+    sessions: int
+    messages: int
+    seconds: float
+
+
+def server_counts(url: URL) -> tuple[int, int] | None:
+    """The sessions and messages of a server database (None: it has no ``sessions`` table)."""
+    from sqlalchemy import inspect, text
+
+    from .engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        with translated(describe(url)), engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+            if "sessions" not in tables:
+                return None
+            sessions = connection.execute(text("SELECT COUNT(*) FROM sessions")).scalar_one()
+            messages = 0
+            if "messages" in tables:
+                messages = connection.execute(text("SELECT COUNT(*) FROM messages")).scalar_one()
+            return int(sessions), int(messages)
+    finally:
+        engine.dispose()
+
+
+def restore_onto_server(source: Path | str, url: URL) -> ServerRestore:
+    """Restore the SQLite backup ``source`` onto the PostgreSQL or MariaDB/MySQL database
+    ``url``, which must be empty (no tables, or none of its sessions and messages): the backup
+    is checked as :func:`verify_sqlite` checks it, its rows copied by ``db copy``'s
+    :func:`~hermes_state.promotion.copy_database` (the tables created, all or nothing per
+    batch; a failed copy leaves rows to remove with ``db downgrade base``), then the target's
+    counts compared with the backup's."""
+    from .promotion import copy_database
+
+    started = time.monotonic()
+    checked = verify_sqlite(source)
+    before = server_counts(url)
+    if before is not None and before != (0, 0):
+        raise InvalidInputError(
+            f"{describe(url)} is not empty ({before[0]} sessions, {before[1]} messages); a "
+            "restore goes onto an absent or empty database only"
+        )
+    copy_database(resolve_url(Path(source)), url)
+    after = server_counts(url) or (0, 0)
+    if after != (checked.sessions, checked.messages):
+        raise HermesStateError(
+            f"{describe(url)} holds {after[0]} sessions and {after[1]} messages after the "
+            f"restore, the backup {checked.sessions} and {checked.messages}"
+        )
+    return ServerRestore(checked, describe(url), after[0], after[1], time.monotonic() - started)
 
 
 def _masked(url: URL) -> str:

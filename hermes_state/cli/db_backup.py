@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +19,6 @@ from ..errors import (
     NotADatabaseError,
 )
 from .common import (
-    EXIT_REFUSED,
     Output,
     Result,
     add_option,
@@ -218,8 +215,9 @@ def configure_restore(actions: Any) -> None:
         "$HERMES_HOME/state.db), which must be absent or empty: a database holding any session "
         "or message is refused and left as it is. SRC must pass `PRAGMA integrity_check` and "
         "be a hermes-state database at a known revision (or upstream's own state.db); the "
-        "restored file is checked the same way. Onto a server database: `db copy` moves an "
-        "SQLite file's rows there (the command to run is printed).",
+        "restored file is checked the same way. Onto an empty PostgreSQL or MariaDB/MySQL "
+        "database the backup's rows are copied as `db copy` copies them (tables created), "
+        "and the target's session and message counts compared with the backup's.",
     )
     parser.add_argument("source", metavar="SRC", help="the SQLite backup file to restore")
     _pages_option(parser)
@@ -239,18 +237,7 @@ def run_restore(args: argparse.Namespace, out: Output) -> Result:
     url = database_url(args)
     _checked_source(source)
     if not is_sqlite(url):
-        typed = args.url or "$HERMES_STATE_URL"
-        copy = (
-            f"hermes-state db upgrade --url {shlex.quote(_masked(typed))} && "
-            f"hermes-state db copy --url {shlex.quote(str(source))} --to "
-            f"{shlex.quote(_masked(typed))}"
-        )
-        return Result(
-            {"target": describe(url), "command": copy, "restored": False},
-            [f"{describe(url)} is a server database; restore the backup there with", f"  {copy}"],
-            code=EXIT_REFUSED,
-            error="db restore writes SQLite files only; use `db copy` for a server (see above)",
-        )
+        return _onto_server(url, source, args.dry_run)
     assert url.database is not None
     if args.dry_run:
         target = Path(url.database)
@@ -269,5 +256,28 @@ def run_restore(args: argparse.Namespace, out: Output) -> Result:
     return Result(_document(made), _lines("restored", made))
 
 
-def _masked(typed: str) -> str:
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", typed)
+def _onto_server(url: Any, source: Path, dry_run: bool) -> Result:
+    if dry_run:
+        found = backup.verify_sqlite(source)
+        held = backup.server_counts(url)
+        if held is not None and held != (0, 0):
+            raise InvalidInputError(
+                f"{describe(url)} is not empty ({held[0]} sessions, {held[1]} messages); a "
+                "restore goes onto an absent or empty database only"
+            )
+        return _would("restore", found, Path(describe(url)))
+    done = backup.restore_onto_server(source, url)
+    document = {
+        "source": {"path": str(done.source.path), "sessions": done.source.sessions},
+        "target": done.target,
+        "sessions": done.sessions,
+        "messages": done.messages,
+        "seconds": round(done.seconds, 3),
+    }
+    return Result(
+        document,
+        [
+            f"restored {done.source.path} onto {done.target} (by `db copy`): {done.sessions} "
+            f"session(s), {done.messages} message(s), the backup's counts; {done.seconds:.2f} s"
+        ],
+    )

@@ -18,8 +18,8 @@ import pytest
 
 from hermes_state import SessionDB, backup
 from hermes_state.errors import InvalidInputError
-from tests.conftest import CliResult, require_server, url_arg
-from tests.support.digest import database_digest
+from tests.conftest import CliResult, require_server, throwaway_database, url_arg
+from tests.support.digest import database_digest, forget
 from tests.support.processes import wait_until
 
 # A writer of its own process: sessions of five messages each, one transaction a session,
@@ -284,6 +284,29 @@ def test_on_a_server_backup_names_the_dump_tool_with_the_password_masked(
     to_server = cli("db", "restore", str(tmp_path / "x.db"), "--url", url_arg(with_password))
     assert to_server.code == 2  # SRC is checked first
     assert "s3cret-pw" not in to_server.out + to_server.err
+
+
+@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+def test_a_restore_onto_an_empty_server_copies_the_backup_and_refuses_one_with_rows(
+    cli: Callable[..., CliResult], state: Path, tmp_path: Path, server: str
+) -> None:
+    require_server(server)
+    copy = tmp_path / "copy.db"
+    assert cli("db", "backup", str(copy), "--url", str(state)).code == 0
+    with throwaway_database(server) as url:
+        would = cli("db", "restore", str(copy), "--url", url_arg(url), "--dry-run")
+        assert would.code == 0, would.err
+        done = cli("db", "restore", str(copy), "--url", url_arg(url), "--json")
+        assert done.code == 0, done.err
+        assert (done.json()["sessions"], done.json()["messages"]) == (20, 20)
+        with SessionDB(url=url) as db:
+            assert db.get_messages("s4")[0]["content"] == "hello 4"
+        digest = database_digest(url)
+        again = cli("db", "restore", str(copy), "--url", url_arg(url))
+        assert again.code == 2
+        assert "not empty" in again.err
+        assert database_digest(url) == digest
+        forget(url)
 
 
 def test_run_dump_runs_the_servers_tool(cli: Callable[..., CliResult], tmp_path: Path) -> None:
