@@ -24,6 +24,7 @@ from .errors import (
     ReadOnlyDatabaseError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    SessionExportTooLargeError,
     SessionInUseError,
     SessionTurnLeaseLostError,
     TranscriptChangedError,
@@ -34,10 +35,12 @@ if TYPE_CHECKING:
     from .aio import NativeAsyncSessionDB
     from .engine import default_db_path, resolve_url
     from .models import HandoffState
+    from .plans.portability import MAX_SAFE_EXPORT_MESSAGES, resolved_max_export_messages
     from .store import SessionDB
     from .threaded import AsyncSessionDB
 
 __all__ = [
+    "MAX_SAFE_EXPORT_MESSAGES",
     "AsyncSessionDB",
     "CompressionSessionClosedError",
     "DatabaseBusyError",
@@ -56,12 +59,14 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "SessionDB",
+    "SessionExportTooLargeError",
     "SessionInUseError",
     "SessionTurnLeaseLostError",
     "TranscriptChangedError",
     "UnknownSessionError",
     "default_db_path",
     "resolve_url",
+    "resolved_max_export_messages",
 ]
 
 _LAZY = {
@@ -71,6 +76,8 @@ _LAZY = {
     "HandoffState": ".models",
     "default_db_path": ".engine",
     "resolve_url": ".engine",
+    "MAX_SAFE_EXPORT_MESSAGES": ".plans.portability",
+    "resolved_max_export_messages": ".plans.portability",
 }
 
 

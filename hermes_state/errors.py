@@ -31,6 +31,7 @@ __all__ = [
     "ReadOnlyDatabaseError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "SessionExportTooLargeError",
     "SessionInUseError",
     "SideTaskFailed",
     "TranscriptChangedError",
@@ -132,6 +133,21 @@ class SessionTurnLeaseLostError(HermesStateError, RuntimeError):
 class SessionInUseError(HermesStateError):
     """The session is in use (a handoff in flight, or a live turn on its conversation), so it
     was left as it was; try again once that is over."""
+
+
+class SessionExportTooLargeError(HermesStateError, ValueError):
+    """A session has more live messages than an in-memory export allows (upstream's error and
+    attributes: ``session_id``, ``message_count`` counted so far, ``limit``)."""
+
+    def __init__(self, session_id: str, message_count: int, limit: int) -> None:
+        super().__init__(
+            f"session {session_id!r} has at least {message_count} active messages; the limit "
+            f"of an in-memory export is {limit} (set HERMES_STATE_MAX_EXPORT_MESSAGES=0 to "
+            "lift it)"
+        )
+        self.session_id = session_id
+        self.message_count = message_count
+        self.limit = limit
 
 
 class CompressionSessionClosedError(HermesStateError, RuntimeError):

@@ -28,7 +28,7 @@ from .errors import (
 )
 from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
 from .operations import SyncOperations
-from .plans import ATTEMPT, LeaseWait, Ownership, Plan, PlanBook, lease_patience
+from .plans import ATTEMPT, LeaseWait, Ownership, Plan, PlanBook, lease_patience, portability
 from .schema import ensure_current, ensure_readable
 from .validation import require_identifier, require_seconds
 
@@ -135,6 +135,13 @@ class SessionDB(StoreSettings, SyncOperations):
     temporary views (:mod:`hermes_state.lens`). Every write method raises
     :class:`~hermes_state.ReadOnlyDatabaseError`.
     """
+
+    # Upstream's import caps, under its names (its tests and callers read them here).
+    _IMPORT_MAX_SESSIONS = portability.IMPORT_MAX_SESSIONS
+    _IMPORT_MAX_MESSAGES_PER_SESSION = portability.IMPORT_MAX_MESSAGES_PER_SESSION
+    _IMPORT_MAX_TOTAL_MESSAGES = portability.IMPORT_MAX_TOTAL_MESSAGES
+    _IMPORT_MAX_SESSION_BYTES = portability.IMPORT_MAX_SESSION_BYTES
+    _IMPORT_MAX_TOTAL_BYTES = portability.IMPORT_MAX_TOTAL_BYTES
 
     def __init__(
         self,

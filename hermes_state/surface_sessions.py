@@ -440,5 +440,52 @@ class SessionSurface(Protocol):
     #
     #
     # -- portability (issue 24): export_* and import_sessions go below this line ------------
+
+    def export_session(self, session_id: str) -> Row | None:
+        """The session's whole row (as :meth:`get_session`) with ``messages``, its live
+        transcript (as :meth:`get_messages`), read in one transaction; None for an unknown id.
+        No size guard: call :meth:`assert_export_safe` first for an unbounded transcript.
+        """
+        ...
+
+    def export_session_lineage(self, session_id: str | None) -> Row | None:
+        """The compression lineage of the session (:meth:`get_compression_lineage`) as one
+        logical session: the newest segment's row, with ``segments`` (each segment's
+        :meth:`export_session`), ``lineage_session_ids``, every segment's ``messages`` in order
+        and their number as ``message_count``; None for an unknown id.
+        """
+        ...
+
+    def export_all(self, source: str | Sequence[str] | None = None) -> list[Row]:
+        """Every session (archived and hidden ones too; of ``source`` if given), the most
+        recently active first, each :meth:`search_sessions`' row with ``messages``; at most
+        100,000 sessions, all held in memory (the CLI's export streams instead).
+        """
+        ...
+
+    def assert_export_safe(self, session_id: str, max_messages: int | None = None) -> int:
+        """How many live messages the session has, counting no further than ``max_messages``
+        + 1; raises ``SessionExportTooLargeError`` past ``max_messages`` (None: 20,000, or
+        ``HERMES_STATE_MAX_EXPORT_MESSAGES``; 0: no guard, nothing counted, 0 returned).
+        """
+        ...
+
+    def import_sessions(self, sessions: list[Row]) -> Row:
+        """Import sessions as :meth:`export_session` or :meth:`export_all` wrote them
+        (upstream's too): ``{ok, imported, skipped, detached, imported_ids, skipped_ids,
+        errors}``.
+
+        Every record is checked first, with upstream's caps (500 sessions, 10,000 messages a
+        session and 50,000 in all, 5 MiB a session and 25 MiB in all): any bad record, or a
+        title another session holds, and nothing is written (``ok`` False, ``errors`` with each
+        record's ``index``, ``session_id`` and ``error``). Otherwise one transaction: an id
+        that exists is skipped untouched (so a second import of the same export changes
+        nothing), a new one is inserted with its messages; a parent neither stored nor imported
+        (or a link closing a cycle) is dropped and counted in ``detached``. Gateway routing,
+        handoff, turn leases and live activity are not imported. Not a list, or more than 500
+        sessions: ``InvalidInputError`` (a ``ValueError``).
+        """
+        ...
+
     #
     #

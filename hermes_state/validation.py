@@ -371,6 +371,8 @@ _REASONING: Final = (
 )
 #: Keywords of ``append_message`` besides the message columns.
 _MESSAGE_OPTIONS: Final = ("tool_calls", "timestamp")
+#: What each message column holds when its field is not given (or None).
+_MESSAGE_DEFAULTS: Final = {name: check(None) for name, check in _MESSAGE_CHECKS.items()}
 
 
 def require_message_fields(
@@ -387,7 +389,11 @@ def require_message_fields(
         raise InvalidInputTypeError(
             f"unknown message field(s) {', '.join(unknown)}; append_message accepts {accepted}"
         )
-    values = {name: check(fields.get(name)) for name, check in _MESSAGE_CHECKS.items()}
+    values = dict(_MESSAGE_DEFAULTS)  # the checks run only on the fields given a value
+    for name, value in fields.items():
+        check = _MESSAGE_CHECKS.get(name)
+        if check is not None and value is not None:
+            values[name] = check(value)
     values["tool_calls"], tool_calls = _tool_calls(fields.get("tool_calls"))
     timestamp = fields.get("timestamp")
     at = None if timestamp is None else require_seconds("timestamp", timestamp)

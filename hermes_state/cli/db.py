@@ -30,6 +30,7 @@ from .common import (
     upgrade_as_typed,
     whole_number,
 )
+from .db_backup import configure as configure_backup_and_restore
 
 #: What a person types on a terminal to let a downgrade drop rows.
 CONFIRMATION: Final = "yes"
@@ -46,6 +47,7 @@ def register(commands: Any) -> None:
         configure_check,
     ):
         configure(actions)
+    configure_backup_and_restore(actions)
 
 
 def configure_upgrade(actions: Any) -> None:

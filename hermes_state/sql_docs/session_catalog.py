@@ -16,6 +16,7 @@ _TITLES = "Titles"
 _FLAGS = "Session flags, ids and meta"
 _MESSAGES = "Messages"
 _LISTING = "Session listing"
+_PORTABILITY = "Export and import"
 
 
 def _set_title(holder: str) -> Callable[[Capabilities], list[Sent]]:
@@ -246,6 +247,40 @@ def _list_rich_by_activity(caps: Capabilities) -> list[Sent]:
             by_text=True,
             by_compact_text=True,
         )
+    ]
+
+
+def _exported(caps: Capabilities) -> list[Sent]:
+    return [sends(S.get_session), sends(S.get_messages)]
+
+
+def _exported_lineage(caps: Capabilities) -> list[Sent]:
+    each = "per segment of the lineage: the row, then the transcript"
+    return [
+        *_compression_lineage(caps),
+        sends(S.get_session, note=each),
+        sends(S.get_messages, note=each),
+    ]
+
+
+def _exported_all(caps: Capabilities) -> list[Sent]:
+    return [
+        sends(S.search_sessions, caps.name, by_sources=False, by_workspace=False),
+        sends(S.get_messages, note="once per session"),
+    ]
+
+
+def _imported(caps: Capabilities) -> list[Sent]:
+    record = "once per record"
+    return [
+        sends(S.session_exists, note="once per record: an id already stored is skipped"),
+        sends(S.title_taken, note="once per new record with a title (titles are unique)"),
+        sends(S.store_system_prompt, caps.name, note="once per new record with a prompt"),
+        sends(S.import_session, note=record + " not skipped"),
+        sends(S.import_message, note="once per message"),
+        sends(S.finish_imported_session, note="its counters and end, once its messages are in"),
+        sends(S.parent_of, note="per step of the walk that refuses a cycle of parents"),
+        sends(S.set_imported_parent, note="once per new record whose parent is there"),
     ]
 
 
@@ -569,4 +604,21 @@ SESSION_OPERATIONS: Final[tuple[Operation, ...]] = (
         "search_sessions(source=[...], workspace_key=...)",
         _per_dialect(S.search_sessions, by_sources=True, by_workspace=True),
     ),
+    _O(_PORTABILITY, "export_session", "", "export_session(session_id)", _exported),
+    _O(
+        _PORTABILITY,
+        "export_session_lineage",
+        "",
+        "export_session_lineage(session_id)",
+        _exported_lineage,
+    ),
+    _O(_PORTABILITY, "export_all", "", "export_all()", _exported_all),
+    _O(
+        _PORTABILITY,
+        "assert_export_safe",
+        "",
+        "assert_export_safe(session_id, max_messages=...)",
+        only(S.count_live_messages_upto),
+    ),
+    _O(_PORTABILITY, "import_sessions", "", "import_sessions(sessions)", _imported),
 )

@@ -510,6 +510,24 @@ EXAMPLES: dict[str, Example] = {
     "append_messages_batch": _now(
         lambda db: db.append_messages_batch("idle", [{"role": "user", "content": "one"}] * 2)
     ),
+    # -- export and import
+    "export_session": _now(lambda db: db.export_session("idle")),
+    "export_session_lineage": _now(lambda db: db.export_session_lineage("seg")),
+    "export_all": _now(lambda db: db.export_all()),
+    "assert_export_safe": _now(lambda db: db.assert_export_safe("idle", max_messages=10)),
+    "import_sessions": _now(
+        lambda db: db.import_sessions(
+            [
+                {
+                    "id": "imported",
+                    "title": "Imported",
+                    "system_prompt": "p",
+                    "parent_session_id": "root",
+                    "messages": [{"role": "user", "content": "hi"}],
+                }
+            ]
+        )
+    ),
 }
 
 

@@ -262,7 +262,7 @@ SAMPLES: dict[str, Any] = {
     # -- retention (issue 24)
     #
     # -- portability (issue 24)
-    #
+    "sessions": [{"id": "s-imported", "messages": [{"role": "user", "content": "hi"}]}],
 }
 #: What an empty database does only by writing: the absent store refuses it instead.
 WRITES = {
@@ -278,7 +278,7 @@ WRITES = {
     # -- retention (issue 24)
     #
     # -- portability (issue 24)
-    #
+    "import_sessions",
 }
 #: Where the absent store's answer differs from an empty file's, on purpose.
 DIFFERENT = {"handoff_change_token"}  # None: there is no file whose commits it could count

@@ -1,0 +1,7 @@
+-- statements.lineage_row(), sent by export_session_lineage(session_id)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 1 of 4, once, and once more per step up to the lineage's root.
+
+SELECT sessions.id, sessions.parent_session_id, sessions.source, sessions.model_config,
+    sessions.end_reason
+FROM sessions
+WHERE sessions.id = :session_id;

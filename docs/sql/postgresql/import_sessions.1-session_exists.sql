@@ -1,0 +1,6 @@
+-- statements.session_exists(), sent by import_sessions(sessions)
+-- PostgreSQL (psycopg): step 1 of 8, once per record: an id already stored is skipped.
+
+SELECT sessions.id
+FROM sessions
+WHERE sessions.id = :session_id::VARCHAR;
