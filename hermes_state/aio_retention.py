@@ -4,7 +4,7 @@ awaiting (their schedules are the plans'; ``SessionDB`` drives the same ones syn
 from __future__ import annotations
 
 import os
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .plans import Plan, PlanBook
 from .plans.retention import (
@@ -27,11 +27,11 @@ class AsyncRetention:
 
     _plans: PlanBook
 
-    async def _run(self, plan: Plan[T]) -> T:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the store's own, from AsyncOperations and its runner
 
-    async def storage_report(self) -> dict[str, Any]:
-        raise NotImplementedError
+        async def _run(self, plan: Plan[T]) -> T: ...
+
+        async def storage_report(self) -> dict[str, Any]: ...
 
     async def _sweep(self, sweep: PruneSweep) -> PruneTotals:
         schedule = sweep.run()
