@@ -3,6 +3,7 @@ awaiting (their schedules are the plans'; ``SessionDB`` drives the same ones syn
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -11,6 +12,7 @@ from .plans.retention import (
     AUTO_VACUUM_MIN_FREELIST_RATIO,
     PRUNE_BATCH,
     Call,
+    PruneBatch,
     PruneSweep,
     PruneTotals,
     auto_maintenance,
@@ -36,9 +38,14 @@ class AsyncRetention:
     async def _sweep(self, sweep: PruneSweep) -> PruneTotals:
         schedule = sweep.run()
         try:
-            plan = next(schedule)
+            request = next(schedule)
             while True:
-                plan = schedule.send(await self._run(plan))
+                if isinstance(request, Plan):
+                    batch: PruneBatch = await self._run(request)
+                    request = schedule.send(batch)
+                else:
+                    await asyncio.sleep(request)
+                    request = schedule.send(None)
         except StopIteration as finished:
             totals: PruneTotals = finished.value
             return totals

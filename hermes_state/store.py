@@ -413,9 +413,13 @@ class SessionDB(StoreSettings, SyncOperations):
     def _sweep(self, sweep: PruneSweep) -> PruneTotals:
         schedule = sweep.run()
         try:
-            plan = next(schedule)
+            request = next(schedule)
             while True:
-                plan = schedule.send(self._run(plan))
+                if isinstance(request, Plan):
+                    request = schedule.send(self._run(request))
+                else:
+                    time.sleep(request)
+                    request = schedule.send(None)
         except StopIteration as finished:
             totals: PruneTotals = finished.value
             return totals

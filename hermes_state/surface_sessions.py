@@ -473,7 +473,7 @@ class SessionSurface(Protocol):
         *,
         dry_run: bool = False,
         sessions_dir: str | PathLike[str] | None = None,
-        batch_size: int = 400,
+        batch_size: int = 100,
         sample: int = 0,
         **filters: Any,
     ) -> dict[str, Any]:

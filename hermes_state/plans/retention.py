@@ -23,9 +23,14 @@ from .session_flags import _delete_rows, _remove_session_files, _require_folder
 from .session_listing import _below, escape_like
 
 #: Sessions one batch of a prune deletes at most: on SQLite a batch of this size holds the
-#: write lock for a few tens of milliseconds (bench/prune.py measures it), so a watcher
-#: sharing the file keeps delivering between batches.
-PRUNE_BATCH: Final = 400
+#: write lock for a few tens of milliseconds (bench/prune.py measures it: the full-text
+#: triggers on the messages deleted cost most), so a watcher sharing the file keeps
+#: delivering between batches.
+PRUNE_BATCH: Final = 100
+#: Between two batches that wrote, the sweep pauses this share of the last batch's time
+#: (within the bounds below), so a writer polling for the lock gets it before the next batch.
+PAUSE_SHARE: Final = 0.25
+PAUSE_BOUNDS: Final = (0.005, 0.05)
 #: The largest batch a caller may ask for.
 MAX_PRUNE_BATCH: Final = 10_000
 #: Upstream's auto-maintenance: VACUUM only when more than this share of the file's pages is
@@ -254,13 +259,16 @@ class PruneSweep:
 
     def run(
         self, clock: Callable[[], float] = time.perf_counter
-    ) -> Generator[Plan[PruneBatch], PruneBatch, PruneTotals]:
+    ) -> Generator[Plan[PruneBatch] | float, PruneBatch | None, PruneTotals]:
+        """Yields the plan of each batch, to be run and its result sent back, and between
+        two batches that wrote the seconds to pause (the driver sleeps, sending None)."""
         totals = PruneTotals(dry_run=self.dry_run)
         began = clock()
         after = ""
         while True:
             started = clock()
             batch = yield self.plan(after)
+            assert batch is not None
             elapsed = clock() - started
             totals.batches += 1
             totals.sessions += len(batch.removed)
@@ -275,6 +283,9 @@ class PruneSweep:
                 totals.seconds = clock() - began
                 return totals
             after = batch.last_id
+            if batch.removed and not self.dry_run:
+                low, high = PAUSE_BOUNDS
+                yield min(high, max(low, elapsed * PAUSE_SHARE))
 
 
 # -- the candidates, listed --------------------------------------------------------------------
