@@ -122,7 +122,8 @@ def test_children_that_stay_are_detached(db: SessionDB) -> None:
     ended(db, "child", RECENT, parent="parent")
     assert db.prune_sessions(90) == 1
     child = db.get_session("child")
-    assert child is not None and child["parent_session_id"] is None
+    assert child is not None
+    assert child["parent_session_id"] is None
 
 
 # -- compression lineages ------------------------------------------------------------------------
@@ -167,7 +168,8 @@ def test_a_fork_does_not_keep_its_parent(db: SessionDB) -> None:
     )
     assert db.prune_sessions(90) == 1
     branch = db.get_session("branch")
-    assert branch is not None and branch["parent_session_id"] is None
+    assert branch is not None
+    assert branch["parent_session_id"] is None
 
 
 def test_continuations_of_a_pinned_segment_are_kept(db: SessionDB) -> None:
@@ -302,7 +304,9 @@ def test_auto_maintenance_prunes_once_per_interval(db: SessionDB, clock: HandClo
     ended(db, "old-2")
     db.create_session("new", "cli")
     first = db.maybe_auto_prune_and_vacuum(retention_days=90)
-    assert first["skipped"] is False and first["pruned"] == 2 and first["closed"] == 0
+    assert first["skipped"] is False
+    assert first["pruned"] == 2
+    assert first["closed"] == 0
     assert "error" not in first
     assert db.get_meta("last_auto_prune") == str(NOW)
     ended(db, "old-3")
@@ -326,7 +330,8 @@ def test_auto_maintenance_vacuums_only_above_the_free_page_ratio(
         assert ratio_gate["vacuumed"] is False
         assert db.get_meta("last_vacuum") is None
     else:  # a server reports no ratio: its VACUUM/OPTIMIZE always qualifies
-        assert ratio_gate["freelist_ratio"] is None and ratio_gate["vacuumed"] is True
+        assert ratio_gate["freelist_ratio"] is None
+        assert ratio_gate["vacuumed"] is True
     ended(db, "old-again")
     forced = db.maybe_auto_prune_and_vacuum(
         retention_days=90,
@@ -363,7 +368,8 @@ def test_auto_maintenance_calls_the_stores_own_methods(tmp_path: Any) -> None:
         assert (first["pruned"], first["vacuumed"], first["freelist_ratio"]) == (3, False, 0.5)
         assert store.get_meta("last_vacuum") is None
         second = store.maybe_auto_prune_and_vacuum(min_interval_hours=0)
-        assert second["vacuumed"] is True and calls == ["vacuum", "vacuum"]
+        assert second["vacuumed"] is True
+        assert calls == ["vacuum", "vacuum"]
         assert store.get_meta("last_vacuum") is not None
 
 
