@@ -166,7 +166,8 @@ def _guarded(caps: Capabilities, query: PruneQuery, row: Row, whole_lineages: bo
 @dataclass(frozen=True, slots=True)
 class PruneBatch:
     """What one batch did: the sessions it deleted (or, in a dry run, would delete), their
-    messages, how many rows it read and the last id read (where the next batch resumes)."""
+    messages, how many sessions it looked at and the last id of them (where the next batch
+    resumes)."""
 
     removed: list[str]
     messages: int
@@ -181,21 +182,25 @@ def _batch(
     limit: int,
     dry_run: bool,
 ) -> Body[PruneBatch]:
+    window = yield Step(statements.prune_window(), {"after": after, "scan": limit})
+    seen = int(window.rows[0]["seen"] or 0) if window.rows else 0
+    if not seen:
+        return PruneBatch([], 0, 0, None)
+    upto = str(window.rows[0]["upto"])
     found = yield Step(
         statements.prune_batch(caps.name, query.chosen, dry_run),
-        {**query.values, "after": after, "limit": limit},
+        {**query.values, "after": after, "upto": upto},
     )
     doomed: list[Row] = []
     for row in found.rows:
         if not (yield from _guarded(caps, query, row, True)):
             doomed.append(row)
     ids = [str(row["id"]) for row in doomed]
-    last_id = str(found.rows[-1]["id"]) if found.rows else None
     if dry_run:
         counted = sum(int(row["messages"] or 0) for row in doomed)
-        return PruneBatch(ids, counted, len(found.rows), last_id)
+        return PruneBatch(ids, counted, seen, upto)
     messages = (yield from _delete_rows(ids)) if ids else 0
-    return PruneBatch(ids, messages, len(found.rows), last_id)
+    return PruneBatch(ids, messages, seen, upto)
 
 
 @dataclass(slots=True)

@@ -215,7 +215,8 @@ def _prune(dry_run: bool) -> Callable[[Capabilities], list[Sent]]:
 
     def steps(caps: Capabilities) -> list[Sent]:
         sent = [
-            sends(S.prune_batch, caps.name, _BY_AGE, dry_run, note=_PER_BATCH),
+            sends(S.prune_window, note=_PER_BATCH),
+            sends(S.prune_batch, caps.name, _BY_AGE, dry_run, note="once per batch, in its window"),
             sends(S.kept_continuation, caps.name, _BY_AGE, note="per session compression ended"),
             sends(S.lineage_guard, note="per session continuing one that compression ended"),
         ]

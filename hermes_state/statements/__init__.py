@@ -88,6 +88,7 @@ from .retention import (
     prunable,
     prune_batch,
     prune_candidates,
+    prune_window,
 )
 from .session_flags import (
     DELEGATE_MARKER_PATTERN,
@@ -297,6 +298,7 @@ __all__ = [
     "prune_batch",
     "prune_candidates",
     "prune_events",
+    "prune_window",
     "recent_failed_events",
     "recent_failures",
     "reclaim_handoffs",

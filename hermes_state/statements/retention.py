@@ -206,12 +206,29 @@ def _parent_end(s: NamedFromClause) -> Any:
 
 
 @functools.cache
+def prune_window() -> Select[int, Any]:
+    """The next ``:scan`` sessions after the id ``:after`` (a range of the primary key): how
+    many there are (``seen``) and the last id (``upto``). A batch of a prune looks at no more
+    sessions than that, however few of them it may delete, so its transaction stays short."""
+    window = (
+        select(sessions.c.id)
+        .where(sessions.c.id > bindparam("after", type_=String()))
+        .order_by(sessions.c.id)
+        .limit(bindparam("scan", type_=Integer()))
+        .subquery("prune_window")
+    )
+    return select(func.count().label("seen"), func.max(window.c.id).label("upto")).select_from(
+        window
+    )
+
+
+@functools.cache
 def prune_batch(dialect: str, chosen: PruneFilter, counted: bool) -> Select[Any]:
-    """The next ``:limit`` sessions a prune may delete with an id after ``:after``, in id
-    order (a walk of the primary key that each batch resumes where the last one stopped), with
-    their end reason and their parent's (what tells the plans a lineage check is due), and
-    with ``counted`` their number of messages. A server locks the rows it returns, so a
-    handoff requested meanwhile waits for the batch (and the row is then read again)."""
+    """The sessions of the window ``(:after, :upto]`` (ids, see :func:`prune_window`) a prune
+    may delete, in id order, with their end reason and their parent's (what tells the plans a
+    lineage check is due), and with ``counted`` their number of messages. A server locks the
+    rows it returns, so a handoff requested meanwhile waits for the batch (and the row is then
+    read again)."""
     s = sessions.alias("s")
     columns: list[Any] = [s.c.id, s.c.end_reason, _parent_end(s)]
     if counted:
@@ -225,9 +242,12 @@ def prune_batch(dialect: str, chosen: PruneFilter, counted: bool) -> Select[Any]
         )
     stmt = (
         select(*columns)
-        .where(prunable(s, dialect, chosen), s.c.id > bindparam("after", type_=String()))
+        .where(
+            prunable(s, dialect, chosen),
+            s.c.id > bindparam("after", type_=String()),
+            s.c.id <= bindparam("upto", type_=String()),
+        )
         .order_by(s.c.id)
-        .limit(bindparam("limit", type_=Integer()))
     )
     return stmt if dialect == "sqlite" else stmt.with_for_update()
 

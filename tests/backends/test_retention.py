@@ -230,6 +230,16 @@ def test_a_prune_runs_in_batches_and_reports_them(db: SessionDB) -> None:
     assert present(db, "recent") == {"recent"}
 
 
+def test_a_batch_looks_at_no_more_sessions_than_its_size(db: SessionDB) -> None:
+    """However few sessions match, a batch reads a bounded window of ids: a prune of a store
+    of recent sessions is many short transactions, never one long scan."""
+    for index in range(10):
+        ended(db, f"a-recent-{index}", RECENT)
+    ended(db, "z-old")
+    report = db.prune_report(90, batch_size=2)
+    assert (report["sessions"], report["batches"]) == (1, 6)
+
+
 def test_a_dry_run_counts_and_changes_nothing(db: SessionDB, backend_url: URL) -> None:
     ended(db, "old-1", messages=3)
     ended(db, "old-2", messages=1)

@@ -93,7 +93,7 @@ def test_a_person_confirms_on_a_terminal(
 def test_yes_prunes_in_batches_and_reports(cli: Any, url: URL) -> None:
     done = prune(cli, url, "--older-than", "90", "--source", "cli", "--yes", "--batch-size", "7")
     assert done.code == 0, done.err
-    assert "deleted 25 session(s) and 50 message(s) in 4 batch(es)" in done.out
+    assert "deleted 25 session(s) and 50 message(s) in 5 batch(es)" in done.out
     assert count(url) == 5
     again = prune(cli, url, "--older-than", "90", "--yes", "--json").json()
     assert again["deleted"]["sessions"] == 3

@@ -1,7 +1,0 @@
--- statements.orphan_children(), sent by prune_sessions(older_than_days)
--- PostgreSQL (psycopg): step 4 of 9, once per session deleted.
--- Parameters the statement carries: :parent_session_id = NULL.
-
-UPDATE sessions
-SET parent_session_id=:parent_session_id::VARCHAR
-WHERE sessions.parent_session_id = :session_id::VARCHAR;

@@ -1,5 +1,0 @@
--- statements.delete_session_turn_lease(), sent by prune_sessions(older_than_days)
--- PostgreSQL (psycopg): step 7 of 9, once per session deleted.
-
-DELETE FROM session_turn_leases
-WHERE session_turn_leases.conversation_id = :session_id::VARCHAR;

@@ -1,5 +1,0 @@
--- statements.delete_session_row(), sent by prune_sessions(older_than_days)
--- PostgreSQL (psycopg): step 8 of 9, once per session deleted.
-
-DELETE FROM sessions
-WHERE sessions.id = :session_id::VARCHAR;
