@@ -8,10 +8,11 @@ A file at head is filled by bulk insert with N ended sessions, all older than th
 triggers). Then, each in a process of its own on that file:
 
 * **the prune**: ``SessionDB(path)`` drives ``prune_sessions``' sweep (``older_than_days=90``,
-  the default batch) and records each batch's transaction time (from the request of its plan
-  to its commit, lock waits and retries included: an upper bound on how long it held the
-  write lock). Peak RSS (``ru_maxrss``) is read once the store is open and has read the file
-  (the baseline) and again after the prune.
+  the default batch) and records each batch's time (from the request of its plan to its commit,
+  lock waits and retries included) and how long each transaction held the write lock (from its
+  ``BEGIN IMMEDIATE`` to its ``COMMIT``, timed on the runner's connection). Peak RSS
+  (``ru_maxrss``) is read once the store is open and has read the file (the baseline) and again
+  after the prune.
 * **a watcher-like loop**: a second store creates a recent session, requests its handoff,
   claims it and completes it, over and over (about 50 a second), timing each delivery from
   the request to the completion. It runs alone for a few seconds first (the baseline), then
@@ -93,10 +94,39 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class _TimedConnection:
+    """The runner's SQLite connection, timing each write transaction from its ``BEGIN
+    IMMEDIATE`` (the write lock taken) to its ``COMMIT`` (released): the lock's hold."""
+
+    def __init__(self, connection: sqlite3.Connection, holds: list[float]) -> None:
+        self._connection = connection
+        self._holds = holds
+        self._began: float | None = None
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT":
+            cursor = self._connection.execute(sql, *args)
+            if self._began is not None:
+                self._holds.append(time.perf_counter() - self._began)
+                self._began = None
+            return cursor
+        cursor = self._connection.execute(sql, *args)
+        if sql == "BEGIN IMMEDIATE":
+            self._began = time.perf_counter()
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+
 def child_prune(path: str, batch_size: int | None) -> dict[str, Any]:
     from hermes_state import SessionDB
 
     db = SessionDB(path)
+    holds: list[float] = []
+    runner: Any = db._runner
+    plain = runner._connection
+    runner._connection = lambda: _TimedConnection(plain(), holds)
     db.storage_report()
     db.list_prune_candidates(older_than_days=90, source="nobody")  # the statements warmed up
     baseline = _peak_rss()
@@ -110,6 +140,7 @@ def child_prune(path: str, batch_size: int | None) -> dict[str, Any]:
         "baseline_rss": baseline,
         "peak_rss": peak,
         "batches": batches,
+        "holds": holds,
         "batch_size": sweep.batch_size,
         "sessions": totals.sessions,
         "messages": totals.messages,
@@ -205,6 +236,7 @@ def measure(size: int, batch_size: int | None = None) -> tuple[list[Result], dic
     assert pruned["sessions"] == size, pruned["sessions"]
     assert pruned["messages"] == 2 * size, pruned["messages"]
     batches: list[float] = pruned["batches"]
+    holds: list[float] = pruned["holds"]
     label = f"{size:,} sessions"
     results = summarize(
         "prune",
@@ -231,6 +263,18 @@ def measure(size: int, batch_size: int | None = None) -> tuple[list[Result], dic
     )
     results += summarize(
         "prune",
+        f"write lock held per batch, {pruned['batch_size']} sessions a batch",
+        {"BEGIN IMMEDIATE to COMMIT": holds},
+        baseline="BEGIN IMMEDIATE to COMMIT",
+        ops_per_round=1,
+        notes={
+            "BEGIN IMMEDIATE to COMMIT": f"{len(holds):,} transactions; p99 "
+            f"{percentile(holds, 99) * 1e3:.1f} ms, max {max(holds) * 1e3:.1f} ms "
+            "(bound ~100 ms)"
+        },
+    )
+    results += summarize(
+        "prune",
         f"watcher delivery (request, claim, complete), {label}",
         {"no prune": alone["latencies"], "during prune": during["latencies"]},
         baseline="no prune",
@@ -247,7 +291,10 @@ def measure(size: int, batch_size: int | None = None) -> tuple[list[Result], dic
     figures = {
         "sessions": size,
         "built_seconds": built,
-        "prune": {key: value for key, value in pruned.items() if key != "batches"},
+        "prune": {key: value for key, value in pruned.items() if key not in ("batches", "holds")},
+        "hold_p50_ms": statistics.median(holds) * 1e3,
+        "hold_p99_ms": percentile(holds, 99) * 1e3,
+        "hold_max_ms": max(holds) * 1e3,
         "batch_p50_ms": statistics.median(batches) * 1e3,
         "batch_p99_ms": percentile(batches, 99) * 1e3,
         "batch_max_ms": max(batches) * 1e3,
