@@ -36,6 +36,7 @@ BENCHMARKS: Final = (
     "transitions",
     "drain",
     "dashboard",
+    "prune",
 )
 
 Runner = Callable[[bool], list[Result]]

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.pool import StaticPool
 
+from .aio_retention import AsyncRetention
 from .errors import DatabaseUnavailableError, missing_database
 from .execution import WriteConnection, drive, outcome_of
 from .models import metadata
 from .operations import AsyncOperations
 from .plans import LeaseWait, Plan
+from .plans.retention import Call
 from .statements import Capabilities
 from .store import Clock, StoreSettings
 
@@ -77,7 +79,7 @@ def _changes(connection: Connection) -> int:
 _EMPTY = _EmptyDatabase()
 
 
-class AbsentStore(StoreSettings, AsyncOperations):
+class AbsentStore(StoreSettings, AsyncRetention, AsyncOperations):
     """What a store of ``db_path`` would answer while the file does not exist, creating nothing.
 
     The gateway watches profiles whose first session has not been recorded yet; watching must
@@ -179,6 +181,16 @@ class AbsentStore(StoreSettings, AsyncOperations):
 
     async def handoff_change_token(self) -> int | None:
         return None
+
+    async def vacuum(self) -> int:
+        return 0  # nothing to give back
+
+    async def _maintenance_call(self, call: Call) -> object:
+        # Upstream's start-up maintenance on an empty database: nothing to prune or vacuum,
+        # and its run is not recorded (that would need the file).
+        if call.name == "set_meta":
+            return None
+        return await super()._maintenance_call(call)
 
 
 if TYPE_CHECKING:

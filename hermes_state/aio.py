@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from . import statements
+from .aio_retention import AsyncRetention
 from .engine import READ_ONLY, dispose_async, is_sqlite, make_async_engine
 from .errors import DatabaseBusyError, keep_step_params, raise_translated
 from .execution import WriteConnection, next_retry_delay, outcome_of, refuse_second_statement
@@ -55,7 +57,7 @@ async def drive(body: Body[Any], connection: AsyncConnection, *, single: bool = 
         return stop.value
 
 
-class NativeAsyncSessionDB(StoreSettings, AsyncOperations):
+class NativeAsyncSessionDB(StoreSettings, AsyncRetention, AsyncOperations):
     """The asyncio twin of :class:`~hermes_state.SessionDB`, with the same method names.
 
     The schema is checked (and an embedded file upgraded, in a worker thread) on the first
@@ -251,6 +253,32 @@ class NativeAsyncSessionDB(StoreSettings, AsyncOperations):
             except Exception as exc:
                 raise_translated(exc, self.where)
                 raise
+
+    async def vacuum(self) -> int:
+        # Declared in SessionSurface: outside any transaction, so on a connection of its own.
+        await self._ready()
+        sql = statements.maintenance_sql(self.url.get_backend_name())
+
+        async def attempt() -> None:
+            async with self._engine.connect() as connection:
+                if is_sqlite(self.url):
+                    # An engine transaction would BEGIN (which VACUUM refuses): the driver's own.
+                    raw = await connection.get_raw_connection()
+                    driver = raw.driver_connection
+                    assert driver is not None
+                    for statement in sql:
+                        cursor = await driver.execute(statement)
+                        await cursor.fetchall()
+                        await cursor.close()
+                    return
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                for statement in sql:
+                    result = await connection.exec_driver_sql(statement)
+                    if result.returns_rows:
+                        result.fetchall()
+
+        await self._retrying(attempt)
+        return 0
 
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
@@ -74,6 +74,8 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
     def change_token(self) -> int | None: ...
+
+    def maintain(self, sql: Sequence[str]) -> None: ...
 
 
 def drive(body: Body[Any], execute: Callable[[Step], Outcome]) -> Any:
@@ -239,6 +241,21 @@ class PooledRunner:
     def change_token(self) -> int | None:
         """Servers have no cheap change counter: None means "look"."""
         return None
+
+    def maintain(self, sql: Sequence[str]) -> None:
+        """Send ``sql`` (maintenance such as VACUUM, which no transaction may hold) on a
+        connection of its own in autocommit, each statement's result read and dropped."""
+
+        def attempt() -> None:
+            with self._engine.connect() as connection:
+                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+                for statement in sql:
+                    result = connection.exec_driver_sql(statement)
+                    if result.returns_rows:
+                        result.fetchall()
+                    result.close()
+
+        retrying(attempt, self._patience.delays, self._where)
 
     def close(self) -> None:
         # A writable SQLite store checkpoints its WAL first (see engine.dispose).
@@ -419,6 +436,26 @@ class SqliteThreadRunner(PooledRunner):
             return result
 
         return plan.finish(retrying(attempt, self._patience.polls, self._where))
+
+    def maintain(self, sql: Sequence[str]) -> None:
+        """SQLite: ``sql`` on a pooled DBAPI connection, in autocommit (an engine connection
+        would begin a transaction, which VACUUM refuses); it waits for a busy lock as every
+        engine connection does."""
+
+        def attempt() -> None:
+            pooled = self._engine.raw_connection()
+            try:
+                for statement in sql:
+                    cursor = pooled.cursor()
+                    try:
+                        cursor.execute(statement)
+                        cursor.fetchall()
+                    finally:
+                        cursor.close()
+            finally:
+                pooled.close()
+
+        retrying(attempt, self._patience.delays, self._where)
 
     def change_token(self) -> int | None:
         """SQLite's ``PRAGMA data_version`` on a connection that never writes: it changes

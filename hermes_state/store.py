@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from . import notify, titles
+from . import notify, statements, titles
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import (
     DatabaseBusyError,
@@ -29,6 +29,13 @@ from .errors import (
 from .execution import PooledRunner, PostgresRunner, Runner, SqliteThreadRunner, WriteConnection
 from .operations import SyncOperations
 from .plans import ATTEMPT, LeaseWait, Ownership, Plan, PlanBook, lease_patience, portability
+from .plans.retention import (
+    AUTO_VACUUM_MIN_FREELIST_RATIO,
+    PRUNE_BATCH,
+    PruneSweep,
+    PruneTotals,
+    auto_maintenance,
+)
 from .schema import ensure_current, ensure_readable
 from .validation import require_identifier, require_seconds
 
@@ -406,6 +413,107 @@ class SessionDB(StoreSettings, SyncOperations):
     def handoff_change_token(self) -> int | None:
         # Declared in surface.Store: the runner's PRAGMA data_version (SQLite), None on servers.
         return self._on_runner(lambda runner: runner.change_token())
+
+    # Retention (declared in surface_sessions.SessionSurface): the schedules are the plans';
+    # these only drive them.
+
+    def _sweep(self, sweep: PruneSweep) -> PruneTotals:
+        schedule = sweep.run()
+        try:
+            request = next(schedule)
+            while True:
+                if isinstance(request, Plan):
+                    request = schedule.send(self._run(request))
+                else:
+                    time.sleep(request)
+                    request = schedule.send(None)
+        except StopIteration as finished:
+            totals: PruneTotals = finished.value
+            return totals
+
+    def prune_sessions(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+        exclude_active_write_guards: bool = False,
+        **filters: Any,
+    ) -> int:
+        sweep = self._plans.prune_sweep(
+            older_than_days, source, sessions_dir=sessions_dir, filters=filters
+        )
+        if self.read_only:
+            raise self._refuse_write()
+        return self._sweep(sweep).sessions
+
+    def prune_report(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        *,
+        dry_run: bool = False,
+        sessions_dir: str | os.PathLike[str] | None = None,
+        batch_size: int = PRUNE_BATCH,
+        sample: int = 0,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        sweep = self._plans.prune_sweep(
+            older_than_days,
+            source,
+            sessions_dir=sessions_dir,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            sample=sample,
+            filters=filters,
+            operation="prune_report",
+        )
+        if self.read_only and not sweep.dry_run:
+            raise self._refuse_write()
+        return self._sweep(sweep).report()
+
+    def vacuum(self) -> int:
+        if self.read_only:
+            raise self._refuse_write()
+        sql = statements.maintenance_sql(self.url.get_backend_name())
+        with self._lock:
+            self._on_runner(lambda runner: runner.maintain(sql))
+        return 0
+
+    def _freelist_ratio(self) -> float | None:
+        """SQLite's share of free pages (what a VACUUM gives back); None on a server."""
+        ratio = self.storage_report().get("free_ratio")
+        return None if ratio is None else float(ratio)
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+        min_vacuum_interval_days: int = 30,
+        min_vacuum_freelist_ratio: float = AUTO_VACUUM_MIN_FREELIST_RATIO,
+    ) -> dict[str, Any]:
+        schedule = auto_maintenance(
+            retention_days=retention_days,
+            min_interval_hours=min_interval_hours,
+            vacuum=vacuum,
+            sessions_dir=sessions_dir,
+            min_vacuum_interval_days=min_vacuum_interval_days,
+            min_vacuum_freelist_ratio=min_vacuum_freelist_ratio,
+            clock=self._plans.clock,
+        )
+        try:
+            call = next(schedule)
+            while True:
+                try:
+                    answer = getattr(self, call.name)(*call.args, **call.kwargs)
+                except Exception as exc:
+                    call = schedule.throw(exc)
+                else:
+                    call = schedule.send(answer)
+        except StopIteration as finished:
+            report: dict[str, Any] = finished.value
+            return report
 
 
 if TYPE_CHECKING:

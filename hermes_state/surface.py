@@ -35,6 +35,12 @@ HAND_WRITTEN: Final = frozenset(
         "try_acquire_session_turn_lease",
         "acquire_session_turn_lease",
         "handoff_change_token",
+        # Retention: a prune is a schedule of transactions, vacuum runs outside any, and the
+        # start-up maintenance calls the store's own (replaceable) methods.
+        "prune_sessions",
+        "prune_report",
+        "vacuum",
+        "maybe_auto_prune_and_vacuum",
     }
 )
 

@@ -438,6 +438,102 @@ class SessionSurface(Protocol):
     #
     # -- retention (issue 24): prune_sessions, vacuum and what they need go below this line ---
     #
+    def prune_sessions(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        sessions_dir: str | PathLike[str] | None = None,
+        exclude_active_write_guards: bool = False,
+        **filters: Any,
+    ) -> int:
+        """Delete the ended sessions inactive for ``older_than_days`` days (their newest
+        activity stamp or message, else their start; None: no age bound) that match the
+        filters, with their messages; returns how many went.
+
+        ``filters`` are upstream's: ``last_active_before``/``_after``, ``started_before``/
+        ``_after`` (epoch bounds; the first or ``started_before`` replaces the age),
+        ``source``, ``end_reason``, ``user_id``, ``chat_id``, ``chat_type``, ``provider``
+        (exact), ``title_like``, ``model_like``, ``branch_like`` (substrings, any case),
+        ``cwd_prefix``, ``min_``/``max_messages``, ``_tokens``, ``_cost``, ``_tool_calls``,
+        ``archived`` (None both), ``include_pinned``; another name is a ``TypeError``. Never
+        deleted: an open session, a pinned one and the continuations of a pinned one (unless
+        ``include_pinned``), a segment compression ended while a later segment of its
+        conversation stays, a session whose handoff is pending or running, a conversation
+        with a live turn lease. Children that stay are detached. Runs in batches, each its own
+        short transaction (see ``prune_report``); with ``sessions_dir`` the deleted sessions'
+        transcript files there are removed after each batch. ``exclude_active_write_guards``
+        is accepted for upstream's callers: leased sessions are always kept.
+        """
+        ...
+
+    def prune_report(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        *,
+        dry_run: bool = False,
+        sessions_dir: str | PathLike[str] | None = None,
+        batch_size: int = 100,
+        sample: int = 0,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        """``prune_sessions`` with a report: ``sessions`` and ``messages`` deleted (with
+        ``dry_run``: that would be, nothing changed), ``batches``, ``longest_batch_seconds``,
+        ``seconds`` and up to ``sample`` of the ids. At most ``batch_size`` sessions (1 to
+        10,000) go per transaction, so memory stays bounded and, on SQLite, the write lock is
+        held a few tens of milliseconds at a time.
+        """
+        ...
+
+    def list_prune_candidates(
+        self,
+        older_than_days: float | None = None,
+        source: str | None = None,
+        *,
+        whole_lineages: bool = False,
+        **filters: Any,
+    ) -> list[Row]:
+        """The sessions a prune with the same filters would delete, nothing changed, the
+        longest inactive first: their id, source, title, model, times (``last_active``
+        included), counters, costs, flags and gateway peer. ``whole_lineages`` leaves out the
+        compression segments a prune keeps for a later segment that stays.
+        """
+        ...
+
+    def vacuum(self) -> int:
+        """Give the space of deleted rows back: SQLite rewrites the file (``VACUUM``, its WAL
+        checkpointed before and truncated after; it waits for other writers), PostgreSQL
+        runs ``VACUUM (ANALYZE)`` and MariaDB/MySQL ``OPTIMIZE TABLE`` on the project's
+        tables. Returns 0 (upstream's count of full-text indexes it merged).
+        """
+        ...
+
+    def storage_report(self) -> dict[str, Any]:
+        """``dialect``; on SQLite also ``page_count``, ``freelist_count``, ``page_size``,
+        ``bytes`` and ``free_ratio`` (free pages over pages: what a VACUUM would give back).
+        """
+        ...
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | PathLike[str] | None = None,
+        min_vacuum_interval_days: int = 30,
+        min_vacuum_freelist_ratio: float = 0.25,
+    ) -> dict[str, Any]:
+        """Upstream's start-up maintenance, never raising: at most once per
+        ``min_interval_hours`` (``state_meta`` key ``last_auto_prune``), prune sessions
+        inactive for ``retention_days``; after a prune that deleted some, ``vacuum`` when the
+        last one (``last_vacuum``) is ``min_vacuum_interval_days`` old and, on SQLite, more
+        than ``min_vacuum_freelist_ratio`` of the pages are free. Returns ``skipped``,
+        ``pruned``, ``closed`` (always 0: closing stale open sessions is upstream's
+        application's), ``vacuumed``, ``freelist_ratio`` when a VACUUM was weighed, and
+        ``error`` on a failure.
+        """
+        ...
+
     #
     # -- portability (issue 24): export_* and import_sessions go below this line ------------
 

@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 from .. import drift, schema
 from ..engine import describe, is_sqlite, resolve_url
 from ..errors import InvalidInputError
+from . import db_retention
 from .common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -48,6 +49,7 @@ def register(commands: Any) -> None:
     ):
         configure(actions)
     configure_backup_and_restore(actions)
+    db_retention.configure(actions)  # prune, vacuum
 
 
 def configure_upgrade(actions: Any) -> None:

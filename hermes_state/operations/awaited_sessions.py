@@ -545,6 +545,34 @@ class AsyncSessionOperations:
             )
         )
 
+    async def list_prune_candidates(
+        self,
+        older_than_days: float | None = None,
+        source: str | None = None,
+        *,
+        whole_lineages: bool = False,
+        **filters: Any,
+    ) -> list[Row]:
+        """The sessions a prune with the same filters would delete, nothing changed, the
+        longest inactive first: their id, source, title, model, times (``last_active``
+        included), counters, costs, flags and gateway peer. ``whole_lineages`` leaves out the
+        compression segments a prune keeps for a later segment that stays.
+        """
+        return await self._run(
+            self._plans.list_prune_candidates(
+                older_than_days=older_than_days,
+                source=source,
+                whole_lineages=whole_lineages,
+                **filters,
+            )
+        )
+
+    async def storage_report(self) -> dict[str, Any]:
+        """``dialect``; on SQLite also ``page_count``, ``freelist_count``, ``page_size``,
+        ``bytes`` and ``free_ratio`` (free pages over pages: what a VACUUM would give back).
+        """
+        return await self._run(self._plans.storage_report())
+
     async def export_session(self, session_id: str) -> Row | None:
         """The session's whole row (as :meth:`get_session`) with ``messages``, its live
         transcript (as :meth:`get_messages`), read in one transaction; None for an unknown id.

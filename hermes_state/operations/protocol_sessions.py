@@ -189,6 +189,50 @@ class AsyncSessionStore(Protocol):
         workspace_key: str | None = None,
     ) -> list[Row]: ...
 
+    async def prune_sessions(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        sessions_dir: str | PathLike[str] | None = None,
+        exclude_active_write_guards: bool = False,
+        **filters: Any,
+    ) -> int: ...
+
+    async def prune_report(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        *,
+        dry_run: bool = False,
+        sessions_dir: str | PathLike[str] | None = None,
+        batch_size: int = 100,
+        sample: int = 0,
+        **filters: Any,
+    ) -> dict[str, Any]: ...
+
+    async def list_prune_candidates(
+        self,
+        older_than_days: float | None = None,
+        source: str | None = None,
+        *,
+        whole_lineages: bool = False,
+        **filters: Any,
+    ) -> list[Row]: ...
+
+    async def vacuum(self) -> int: ...
+
+    async def storage_report(self) -> dict[str, Any]: ...
+
+    async def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | PathLike[str] | None = None,
+        min_vacuum_interval_days: int = 30,
+        min_vacuum_freelist_ratio: float = 0.25,
+    ) -> dict[str, Any]: ...
+
     async def export_session(self, session_id: str) -> Row | None: ...
 
     async def export_session_lineage(self, session_id: str | None) -> Row | None: ...

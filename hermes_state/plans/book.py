@@ -32,6 +32,7 @@ from .core import MAX_BATCH, MIN_TURN_LEASE_SECONDS, ClaimLedger, Ownership, Pla
 from .messages import MessagePlans
 from .portability import PortabilityPlans
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
+from .retention import RetentionPlans
 from .session_flags import SessionFlagPlans
 from .session_listing import SessionListingPlans
 from .session_writes import SessionWritePlans
@@ -69,6 +70,7 @@ class PlanBook(
     MessagePlans,
     SessionListingPlans,
     PortabilityPlans,
+    RetentionPlans,
 ):
     """Builds the plan of every store operation, with the store's context bound.
 

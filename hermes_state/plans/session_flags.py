@@ -372,16 +372,25 @@ def _deletion(_caps: Capabilities, params: Mapping[str, Any]) -> Body[tuple[int,
                 f"the conversation of {conversation!r} has a live turn lease held by "
                 f"{held.rows[0]['holder']!r}; delete it once that turn is over"
             )
+    yield from _delete_rows(doomed)
+    return len(present), doomed
+
+
+def _delete_rows(doomed: list[str]) -> Body[int]:
+    """Delete the sessions ``doomed`` with their messages, model usage and (expired) turn
+    lease, their children detached, then the system prompts no session uses any more: how
+    many messages went. Shared by ``delete_session(s)`` and ``prune_sessions``."""
+    removed = 0
     for session_id in doomed:
         one = {"session_id": session_id}
         # Children first: an adopted file's parent_session_id may be a foreign key.
         yield Step(statements.orphan_children(), one)
-        yield Step(statements.delete_messages(), one)
+        removed += (yield Step(statements.delete_messages(), one)).rowcount
         yield Step(statements.delete_model_usage(), one)
         yield Step(statements.delete_session_turn_lease(), one)
         yield Step(statements.delete_session_row(), one)
     yield Step(statements.delete_unreferenced_prompts())
-    return len(present), doomed
+    return removed
 
 
 def _remove_session_files(folder: Path, session_id: str) -> None:

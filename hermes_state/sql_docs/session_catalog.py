@@ -17,6 +17,7 @@ _FLAGS = "Session flags, ids and meta"
 _MESSAGES = "Messages"
 _LISTING = "Session listing"
 _PORTABILITY = "Export and import"
+_RETENTION = "Retention"
 
 
 def _set_title(holder: str) -> Callable[[Capabilities], list[Sent]]:
@@ -200,6 +201,47 @@ def _deletion(given: str) -> Callable[[Capabilities], list[Sent]]:
         ]
 
     return steps
+
+
+#: The filter of a prune by age alone (``older_than_days``), which the examples use.
+_BY_AGE = S.PruneFilter(names=("last_active_before",))
+_PER_BATCH = "once per batch (100 sessions), each resuming after the last id the one before read"
+
+
+def _prune(dry_run: bool) -> Callable[[Capabilities], list[Sent]]:
+    """A prune (:class:`hermes_state.plans.retention.PruneSweep`): each batch reads the next
+    sessions its rows let go, checks their lineage, then (unless a dry run) deletes them as
+    ``delete_session`` does."""
+    each = "once per session deleted"
+
+    def steps(caps: Capabilities) -> list[Sent]:
+        sent = [
+            sends(S.prune_window, note=_PER_BATCH),
+            sends(S.prune_batch, caps.name, _BY_AGE, dry_run, note="once per batch, in its window"),
+            sends(S.kept_continuation, caps.name, _BY_AGE, note="per session compression ended"),
+            sends(S.lineage_guard, note="per session continuing one that compression ended"),
+        ]
+        if dry_run:
+            return sent
+        return [
+            *sent,
+            sends(S.orphan_children, note=each),
+            sends(S.delete_messages, note=each),
+            sends(S.delete_model_usage, note=each),
+            sends(S.delete_session_turn_lease, note=each),
+            sends(S.delete_session_row, note=each),
+            sends(S.delete_unreferenced_prompts, note="once per batch that deleted sessions"),
+        ]
+
+    return steps
+
+
+def _candidates(caps: Capabilities) -> list[Sent]:
+    return [
+        sends(S.prune_candidates, caps.name, _BY_AGE),
+        sends(S.kept_continuation, caps.name, _BY_AGE, note="per session compression ended"),
+        sends(S.lineage_guard, note="per session continuing one that compression ended"),
+    ]
 
 
 #: The listing filters the examples of the catalog use.
@@ -621,4 +663,19 @@ SESSION_OPERATIONS: Final[tuple[Operation, ...]] = (
         only(S.count_live_messages_upto),
     ),
     _O(_PORTABILITY, "import_sessions", "", "import_sessions(sessions)", _imported),
+    _O(_RETENTION, "prune_sessions", "", "prune_sessions(older_than_days)", _prune(False)),
+    _O(
+        _RETENTION,
+        "prune_report",
+        "dry_run",
+        "prune_report(older_than_days, dry_run=True)",
+        _prune(True),
+    ),
+    _O(
+        _RETENTION,
+        "list_prune_candidates",
+        "",
+        "list_prune_candidates(older_than_days, whole_lineages=True)",
+        _candidates,
+    ),
 )

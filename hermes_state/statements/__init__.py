@@ -88,6 +88,18 @@ from .reads import (
     recent_failed_events,
 )
 from .reads import list_sessions as list_sessions
+from .retention import (
+    CANDIDATE_COLUMNS,
+    PRUNE_FILTERS,
+    PruneFilter,
+    kept_continuation,
+    lineage_guard,
+    maintenance_sql,
+    prunable,
+    prune_batch,
+    prune_candidates,
+    prune_window,
+)
 from .session_flags import (
     DELEGATE_MARKER_PATTERN,
     LINEAGE_FLAGS,
@@ -193,6 +205,7 @@ from .turn_leases import refresh_turn_leases as refresh_turn_leases
 from .turn_leases import release_turn_leases as release_turn_leases
 
 __all__ = [
+    "CANDIDATE_COLUMNS",
     "COMPACT_EXCLUDED",
     "COMPRESSION",
     "DELEGATE_MARKER_PATTERN",
@@ -206,6 +219,7 @@ __all__ = [
     "LIKE_ESCAPE",
     "LINEAGE_FLAGS",
     "MESSAGE_FIELDS",
+    "PRUNE_FILTERS",
     "ROUTE_FIELDS",
     "SESSION_FIELDS",
     "TOKEN_COUNTERS",
@@ -214,6 +228,7 @@ __all__ = [
     "DeliveryHolder",
     "Fence",
     "PickedClaim",
+    "PruneFilter",
     "ReclaimScope",
     "SessionFilter",
     "Transition",
@@ -270,8 +285,10 @@ __all__ = [
     "inherit_session",
     "insert_session",
     "insert_turn_lease",
+    "kept_continuation",
     "last_handoff_event_id",
     "lineage",
+    "lineage_guard",
     "lineage_ids",
     "lineage_link",
     "lineage_parent",
@@ -283,6 +300,7 @@ __all__ = [
     "live_message_ids",
     "live_tool_calls",
     "live_turn_lease",
+    "maintenance_sql",
     "message_of_session",
     "messages_around",
     "notify_handoff_requested",
@@ -292,7 +310,11 @@ __all__ = [
     "parent_of",
     "pin_guard",
     "pinned_sessions",
+    "prunable",
+    "prune_batch",
+    "prune_candidates",
     "prune_events",
+    "prune_window",
     "recent_failed_events",
     "recent_failures",
     "reclaim_handoffs",

@@ -327,9 +327,22 @@ def _claim_bot_chat(db: SessionDB) -> object:
     return db.set_session_title("idle", "Bot Chat")
 
 
+def _old_conversation(db: SessionDB) -> None:
+    """Two old ended segments of one conversation, which a prune by age takes."""
+    db.create_session("old-root", "cli", started_at=1.0, ended_at=2.0, end_reason="compression")
+    db.create_session("old-tip", "cli", parent_session_id="old-root", started_at=3.0)
+    db.end_session("old-tip", "done")
+
+
 #: A call of every operation of the catalog, by its slug, made on the state :func:`_state`
 #: leaves; each must run every step the catalog lists for it.
 EXAMPLES: dict[str, Example] = {
+    # -- retention (issue 24)
+    "prune_sessions": _after(_old_conversation, lambda db: db.prune_sessions(0)),
+    "prune_report.dry_run": _after(_old_conversation, lambda db: db.prune_report(0, dry_run=True)),
+    "list_prune_candidates": _after(
+        _old_conversation, lambda db: db.list_prune_candidates(0, whole_lineages=True)
+    ),
     # On an existing id: MySQL/MariaDB then fill it in with a second statement.
     "create_session": _now(lambda db: db.create_session("idle", "cli")),
     "create_session.prompt": _now(lambda db: db.create_session("idle", "cli", system_prompt="p")),

@@ -281,7 +281,12 @@ WRITES = {
     "import_sessions",
 }
 #: Where the absent store's answer differs from an empty file's, on purpose.
-DIFFERENT = {"handoff_change_token"}  # None: there is no file whose commits it could count
+DIFFERENT = {
+    "handoff_change_token",  # None: there is no file whose commits it could count
+    # -- retention (issue 24): timings, and the pages of the file (there is none)
+    "prune_report",
+    "storage_report",
+}
 LIFE_CYCLE = {"close", "__aenter__", "__aexit__"}
 
 

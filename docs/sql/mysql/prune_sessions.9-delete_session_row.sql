@@ -1,0 +1,5 @@
+-- statements.delete_session_row(), sent by prune_sessions(older_than_days)
+-- MySQL 8.0 and MariaDB 10.11 (PyMySQL): step 9 of 10, once per session deleted.
+
+DELETE FROM sessions
+WHERE sessions.id = :session_id;
