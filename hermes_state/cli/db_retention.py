@@ -63,7 +63,7 @@ def configure_prune(actions: Any) -> None:
         env="HERMES_STATE_DB_PRUNE_OLDER_THAN",
         kind=whole_number(1, MAX_DAYS),
         metavar="DAYS",
-        help=f"inactivity in whole days (1 to {MAX_DAYS}; required)",
+        help=f"inactivity in whole days (1 up to {MAX_DAYS}; required)",
         required=True,
     )
     add_option(
@@ -81,7 +81,7 @@ def configure_prune(actions: Any) -> None:
         kind=whole_number(1, MAX_PRUNE_BATCH),
         default=PRUNE_BATCH,
         metavar="N",
-        help=f"sessions deleted per transaction (1 to {MAX_PRUNE_BATCH}; default {PRUNE_BATCH})",
+        help=f"sessions deleted per transaction (1 up to {MAX_PRUNE_BATCH}; default {PRUNE_BATCH})",
     )
     add_option(
         parser,
@@ -210,9 +210,20 @@ def configure_vacuum(actions: Any) -> None:
         kind=_ratio,
         default=AUTO_VACUUM_MIN_FREELIST_RATIO,
         metavar="SHARE",
-        help="SQLite: vacuum only above this share of free pages (0 to 1; default "
+        help="SQLite: vacuum only above this share of free pages (0 up to 1; default "
         f"{AUTO_VACUUM_MIN_FREELIST_RATIO:g})",
     )
+    add_option(
+        parser,
+        "--dry-run",
+        env="HERMES_STATE_DRY_RUN",
+        flag=True,
+        help="print the free-page share and whether it would vacuum; change nothing",
+    )
+
+
+def _server_vacuum(report: dict[str, Any]) -> str:
+    return "VACUUM (ANALYZE)" if report["dialect"] == "postgresql" else "OPTIMIZE TABLE"
 
 
 def _size(size: int) -> str:
@@ -221,7 +232,7 @@ def _size(size: int) -> str:
 
 
 def run_vacuum(args: argparse.Namespace, out: Output) -> Result:
-    with open_store(args, must_exist=True) as db:
+    with open_store(args, must_exist=True, read_only=args.dry_run) as db:
         where = db.where
         before = db.storage_report()
         sqlite = before["dialect"] == "sqlite"
@@ -232,6 +243,7 @@ def run_vacuum(args: argparse.Namespace, out: Output) -> Result:
             "min_free": args.min_free,
             "forced": args.force,
             "vacuumed": False,
+            "dry_run": args.dry_run,
             "after": None,
         }
         if sqlite:
@@ -245,14 +257,20 @@ def run_vacuum(args: argparse.Namespace, out: Output) -> Result:
                     document,
                     [state, f"not vacuumed: at most {args.min_free:.0%} free (--force to vacuum)"],
                 )
+            if args.dry_run:
+                return Result(document, [state, "would vacuum (dry run: nothing changed)"])
             out.progress(f"vacuuming {where} ...")
+        elif args.dry_run:
+            return Result(
+                document,
+                [f"{where}: would run {_server_vacuum(before)} (dry run: nothing changed)"],
+            )
         db.vacuum()
         document["vacuumed"] = True
         document["after"] = after = db.storage_report()
     out.end_progress()
     if not sqlite:
-        statement = "VACUUM (ANALYZE)" if before["dialect"] == "postgresql" else "OPTIMIZE TABLE"
-        return Result(document, [f"{where}: ran {statement} on hermes-state's tables"])
+        return Result(document, [f"{where}: ran {_server_vacuum(before)} on hermes-state's tables"])
     return Result(
         document,
         [

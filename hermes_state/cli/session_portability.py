@@ -73,7 +73,7 @@ def configure_export(actions: Any) -> None:
         env=portability.EXPORT_LIMIT_ENV,
         kind=whole_number(0, MAX_ROWS),
         metavar="N",
-        help=f"refuse a session with more than N live messages (default "
+        help=f"refuse a session with more than N live messages (0 up to {MAX_ROWS}; default "
         f"{portability.MAX_SAFE_EXPORT_MESSAGES}; 0: no limit)",
     )
 
