@@ -188,3 +188,27 @@ class AsyncSessionStore(Protocol):
         offset: int = 0,
         workspace_key: str | None = None,
     ) -> list[Row]: ...
+
+    async def search_messages(
+        self,
+        query: str,
+        source_filter: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        role_filter: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
+        fields: Iterable[str] | None = None,
+        include_reasoning: bool = False,
+    ) -> list[Row]: ...
+
+    async def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+    ) -> list[Row]: ...

@@ -31,6 +31,7 @@ from .claims import ClaimBatch, _claim_batch, _claim_given, _claim_next
 from .core import MAX_BATCH, MIN_TURN_LEASE_SECONDS, ClaimLedger, Ownership, Plan, Row
 from .messages import MessagePlans
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
+from .search import SearchPlans
 from .session_flags import SessionFlagPlans
 from .session_listing import SessionListingPlans
 from .session_writes import SessionWritePlans
@@ -61,7 +62,9 @@ from .turn_leases import (
 )
 
 
-class PlanBook(SessionWritePlans, TitlePlans, SessionFlagPlans, MessagePlans, SessionListingPlans):
+class PlanBook(
+    SessionWritePlans, TitlePlans, SessionFlagPlans, MessagePlans, SearchPlans, SessionListingPlans
+):
     """Builds the plan of every store operation, with the store's context bound.
 
     Both stores hold one and only run its plans (synchronously or awaited), so the wiring of

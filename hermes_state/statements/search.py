@@ -1,0 +1,308 @@
+"""The statements of message search (``search_messages``), one builder per statement, each
+backend with its own engine.
+
+* SQLite: upstream's FTS5 tables (``messages_fts`` words with BM25 rank and ``snippet()``,
+  ``messages_fts_trigram`` for CJK and substrings; see :mod:`hermes_state.search_index`).
+* PostgreSQL: ``to_tsvector('simple', ...)`` of a message's text, served by the GIN
+  expression index ``idx_messages_search_tsv`` of revision 0008 (:data:`PG_DOCUMENT` is that
+  expression, which the query repeats exactly), ranked by ``ts_rank``; substrings and CJK
+  with ``ILIKE``, served by the ``pg_trgm`` index ``idx_messages_search_trgm`` when the
+  extension could be created.
+* MariaDB/MySQL: the InnoDB FULLTEXT index ``idx_messages_search_ft`` in boolean mode,
+  ranked by its relevance; substrings and CJK with ``LIKE`` (MariaDB has no ngram parser).
+
+Every route returns the same columns: the message's id, session, role, timestamp and tool
+name, its session's source, model and start, and either ``snippet`` (SQLite's FTS routes) or
+the ``content`` the plans cut a snippet from.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    and_,
+    any_,
+    bindparam,
+    column,
+    func,
+    literal_column,
+    not_,
+    or_,
+    select,
+    table,
+    text,
+)
+from sqlalchemy.sql.elements import TextClause
+
+from ..models import messages, sessions
+from .session_terms import LIKE_ESCAPE, in_list
+
+__all__ = [
+    "PG_DOCUMENT",
+    "SEARCH_ORDERS",
+    "SearchFilter",
+    "fts_hits",
+    "fulltext_hits",
+    "id_list",
+    "like_hits",
+    "messages_by_ids",
+    "neighbour_ids",
+    "search_indexes",
+    "tsvector_hits",
+]
+
+_m = messages.c
+_s = sessions.c
+
+#: ``sort`` values with an order of their own; anything else is relevance.
+SEARCH_ORDERS: Final = ("newest", "oldest")
+
+#: PostgreSQL: what a message's words are read from (content, tool name and tool calls, at
+#: most 100,000 characters, which keeps every ``tsvector`` under PostgreSQL's 1 MB bound).
+#: Revision 0008 indexes exactly this expression; :func:`tsvector_hits` repeats it.
+PG_DOCUMENT: Final = (
+    "to_tsvector('simple'::regconfig, left(coalesce(content, '') || ' ' || "
+    "coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''), 100000))"
+)
+
+_SNIPPET_ARGS: Final = "'>>>', '<<<', '...', 40"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """Which filters a search statement has: rewound rows too (``include_inactive``), by
+    ``:sources``, without ``:exclude_sources``, by ``:roles`` (lists)."""
+
+    include_inactive: bool = False
+    by_sources: bool = False
+    excluding_sources: bool = False
+    by_roles: bool = False
+
+
+def _filter_terms(chosen: SearchFilter, dialect: str) -> list[ColumnElement[bool]]:
+    terms: list[ColumnElement[bool]] = []
+    if not chosen.include_inactive:
+        # A rewound turn (active 0, not compacted) was taken back; compacted rows stay findable.
+        terms.append(or_(_m.active == literal_column("1"), _m.compacted == literal_column("1")))
+    # Model-facing scaffolding the person never saw.
+    terms.append(func.coalesce(_m.display_kind, literal_column("''")) != literal_column("'hidden'"))
+    if chosen.by_sources:
+        terms.append(in_list(_s.source, "sources", dialect))
+    if chosen.excluding_sources:
+        terms.append(not_(in_list(_s.source, "exclude_sources", dialect)))
+    if chosen.by_roles:
+        terms.append(in_list(_m.role, "roles", dialect))
+    return terms
+
+
+def _hit_columns(*snippet: ColumnElement[Any]) -> list[ColumnElement[Any]]:
+    return [
+        _m.id,
+        _m.session_id,
+        _m.role,
+        *snippet,
+        _m.timestamp,
+        _m.tool_name,
+        _s.source,
+        _s.model,
+        _s.started_at.label("session_started"),
+    ]
+
+
+def _ordered(stmt: Select[Any], order: str | None, relevance: ColumnElement[Any]) -> Select[Any]:
+    if order == "newest":
+        stmt = stmt.order_by(_m.timestamp.desc(), relevance)
+    elif order == "oldest":
+        stmt = stmt.order_by(_m.timestamp.asc(), relevance)
+    else:
+        stmt = stmt.order_by(relevance)
+    return stmt.limit(bindparam("limit")).offset(bindparam("offset"))
+
+
+@functools.cache
+def search_indexes() -> TextClause:
+    """SQLite: which of upstream's two FTS5 tables the file has (``name``)."""
+    return text(
+        "SELECT name FROM sqlite_master WHERE type = 'table' "
+        "AND name IN ('messages_fts', 'messages_fts_trigram')"
+    )
+
+
+@functools.cache
+def fts_hits(index: str, order: str | None, chosen: SearchFilter) -> Select[Any]:
+    """SQLite: one page of the messages ``index`` (``messages_fts`` or
+    ``messages_fts_trigram``) matches for ``:query``, by BM25 rank (``order`` None) or by
+    time then rank, with upstream's ``snippet()``."""
+    if index not in ("messages_fts", "messages_fts_trigram"):
+        raise ValueError(f"not a search index: {index!r}")
+    fts = table(index, column("rowid"), column("rank"))
+    name = literal_column(index)
+    snippet = literal_column(f"snippet({index}, -1, {_SNIPPET_ARGS})").label("snippet")
+    stmt = (
+        select(*_hit_columns(snippet))
+        .select_from(fts)
+        .join(messages, _m.id == fts.c.rowid)
+        .join(sessions, _s.id == _m.session_id)
+        .where(name.op("MATCH")(bindparam("query")), *_filter_terms(chosen, "sqlite"))
+    )
+    return _ordered(stmt, order, fts.c.rank)
+
+
+def _document() -> ColumnElement[Any]:
+    # Unqualified as the index has it: of the tables joined, only messages has these columns.
+    return literal_column(PG_DOCUMENT)
+
+
+@functools.cache
+def tsvector_hits(order: str | None, chosen: SearchFilter) -> Select[Any]:
+    """PostgreSQL: one page of the messages whose words match ``:query`` (read by
+    ``websearch_to_tsquery('simple', ...)``, which takes any text), by ``ts_rank`` or by time
+    then rank, with their ``content`` for the snippet."""
+    document = _document()
+    query = func.websearch_to_tsquery(literal_column("'simple'::regconfig"), bindparam("query"))
+    rank = func.ts_rank(document, query)
+    stmt = (
+        select(*_hit_columns(_m.content))
+        .select_from(messages)
+        .join(sessions, _s.id == _m.session_id)
+        .where(document.op("@@")(query), *_filter_terms(chosen, "postgresql"))
+    )
+    return _ordered(stmt, order, rank.desc())
+
+
+@functools.cache
+def fulltext_hits(dialect: str, order: str | None, chosen: SearchFilter) -> Select[Any]:
+    """MariaDB/MySQL: one page of the messages the FULLTEXT index matches for ``:query`` (a
+    boolean-mode expression the plans write), by relevance or by time then relevance, with
+    their ``content`` for the snippet."""
+    from sqlalchemy.dialects.mysql import match  # only MariaDB/MySQL builds this
+
+    relevance: ColumnElement[Any] = match(
+        _m.content, _m.tool_name, _m.tool_calls, against=bindparam("query")
+    ).in_boolean_mode()
+    stmt = (
+        select(*_hit_columns(_m.content))
+        .select_from(messages)
+        .join(sessions, _s.id == _m.session_id)
+        .where(relevance > literal_column("0"), *_filter_terms(chosen, dialect))
+    )
+    return _ordered(stmt, order, relevance.desc())
+
+
+def _like(column_: ColumnElement[Any], name: str, dialect: str) -> ColumnElement[bool]:
+    value = func.coalesce(column_, literal_column("''"))
+    pattern = bindparam(name)
+    if dialect == "postgresql":
+        return value.ilike(pattern, escape=LIKE_ESCAPE)
+    return value.like(pattern, escape=LIKE_ESCAPE)
+
+
+def _term_matches(name: str, dialect: str, reasoning: bool) -> ColumnElement[bool]:
+    """Whether ``:name`` (a LIKE pattern) is in a message's content, tool name or tool calls
+    (and, with ``reasoning``, an assistant message's reasoning fields)."""
+    found = [_like(c, name, dialect) for c in (_m.content, _m.tool_name, _m.tool_calls)]
+    if reasoning:
+        thought = [
+            _like(c, name, dialect)
+            for c in (_m.reasoning, _m.reasoning_content, _m.reasoning_details)
+        ]
+        found.append(and_(_m.role == literal_column("'assistant'"), or_(*thought)))
+    return or_(*found)
+
+
+@functools.cache
+def like_hits(
+    dialect: str,
+    shape: tuple[tuple[bool, ...], ...],
+    order: str | None,
+    chosen: SearchFilter,
+    reasoning: bool = False,
+) -> Select[Any]:
+    """One page of the messages holding the terms, read row by row with LIKE (``ILIKE`` on
+    PostgreSQL): ``shape`` holds OR-groups of ANDed terms, True for a negated one, bound as
+    ``:t<group>_<term>`` patterns; newest first unless ``order`` is "oldest". Serves CJK
+    terms too short for trigrams, tool results, and the substring retry of a word miss."""
+    groups = [
+        and_(
+            *(
+                not_(_term_matches(f"t{g}_{t}", dialect, reasoning))
+                if negated
+                else _term_matches(f"t{g}_{t}", dialect, reasoning)
+                for t, negated in enumerate(group)
+            )
+        )
+        for g, group in enumerate(shape)
+    ]
+    stmt = (
+        select(*_hit_columns(_m.content))
+        .select_from(messages)
+        .join(sessions, _s.id == _m.session_id)
+        .where(or_(*groups), *_filter_terms(chosen, dialect))
+    )
+    if order == "oldest":
+        stmt = stmt.order_by(_m.timestamp.asc(), _m.id.asc())
+    else:
+        stmt = stmt.order_by(_m.timestamp.desc(), _m.id.desc())
+    return stmt.limit(bindparam("limit")).offset(bindparam("offset"))
+
+
+@functools.cache
+def neighbour_ids(dialect: str) -> Select[Any]:
+    """For each message of ``:ids`` (a list), the message before it and the one after it in
+    its session, by time then id (``before_id``, ``after_id``; None at an end)."""
+    target = messages.alias("target")
+    t = target.c
+
+    def neighbour(earlier: bool) -> Any:
+        other = messages.alias("before" if earlier else "after")
+        o = other.c
+        if earlier:
+            side = or_(o.timestamp < t.timestamp, and_(o.timestamp == t.timestamp, o.id < t.id))
+            order = (o.timestamp.desc(), o.id.desc())
+        else:
+            side = or_(o.timestamp > t.timestamp, and_(o.timestamp == t.timestamp, o.id > t.id))
+            order = (o.timestamp.asc(), o.id.asc())
+        return (
+            select(o.id)
+            .where(o.session_id == t.session_id, side)
+            .order_by(*order)
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    return select(
+        t.id,
+        neighbour(True).label("before_id"),
+        neighbour(False).label("after_id"),
+    ).where(_id_in(t.id, dialect))
+
+
+@functools.cache
+def messages_by_ids(dialect: str) -> Select[Any]:
+    """The id, role and content of the messages of ``:ids`` (a list)."""
+    return select(_m.id, _m.role, _m.content).where(_id_in(_m.id, dialect))
+
+
+def _id_in(column_: ColumnElement[Any], dialect: str) -> ColumnElement[bool]:
+    """``column_`` is one of the message ids bound as ``:ids`` (as :func:`in_list`, for
+    integers: the plans bind them with :func:`id_list`)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import ARRAY
+
+        return column_ == any_(bindparam("ids", type_=ARRAY(Integer())))
+    return in_list(column_, "ids", dialect)
+
+
+def id_list(ids: list[int], dialect: str) -> object:
+    """The value :func:`neighbour_ids` and :func:`messages_by_ids` bind as ``:ids``."""
+    if dialect == "sqlite":
+        import json
+
+        return json.dumps(ids)
+    return ids
