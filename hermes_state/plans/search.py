@@ -228,8 +228,22 @@ def _finished(caps: Capabilities, search: _Search, rows: list[Row]) -> Body[list
 # -- routes -----------------------------------------------------------------------------------
 
 
+def _pattern(term: Term, by_words: bool) -> str:
+    """A term's LIKE pattern: its text anywhere, or (``by_words``, as a word engine reads a
+    term) its words in order with anything between them."""
+    words = _WORDS.findall(term.text) if by_words else []
+    if not words:
+        return f"%{escape_like(term.text)}%"
+    return "%" + "%".join(escape_like(word) for word in words) + "%"
+
+
 def _like(
-    caps: Capabilities, search: _Search, groups: list[list[Term]], order: str | None
+    caps: Capabilities,
+    search: _Search,
+    groups: list[list[Term]],
+    order: str | None,
+    *,
+    by_words: bool = False,
 ) -> Body[list[Row]]:
     """The LIKE route over the terms' OR-groups."""
     if not groups:
@@ -237,7 +251,7 @@ def _like(
     dialect = caps.name
     shape = tuple(tuple(term.negated for term in group) for group in groups)
     patterns = {
-        f"t{g}_{t}": f"%{escape_like(term.text)}%"
+        f"t{g}_{t}": _pattern(term, by_words)
         for g, group in enumerate(groups)
         for t, term in enumerate(group)
     }
@@ -291,9 +305,10 @@ def _websearch(groups: list[list[Term]]) -> str:
     return " or ".join(alternatives)
 
 
-#: MariaDB/MySQL: InnoDB's FULLTEXT index holds no word shorter than this (its
-#: ``innodb_ft_min_token_size`` default); a query with one takes the LIKE route.
-MIN_FULLTEXT_WORD: Final = 3
+#: MariaDB/MySQL: InnoDB's FULLTEXT index holds no word shorter or longer than these (its
+#: ``innodb_ft_min_token_size`` and ``innodb_ft_max_token_size`` defaults); a query with one
+#: takes the LIKE route.
+FULLTEXT_WORD_SIZES: Final = (3, 84)
 
 
 def _boolean_mode(groups: list[list[Term]]) -> str:
@@ -331,14 +346,14 @@ def _server(caps: Capabilities, search: _Search) -> Body[list[Row]]:
         statement = statements.tsvector_hits(search.order, search.chosen)
         hits = yield Step(statement, search.params(dialect, query=_websearch(groups)))
         retry = not hits.rows and trigram_tokens(expression)
-    elif min(len(word) for word in words) < MIN_FULLTEXT_WORD:
-        return (yield from _like(caps, search, groups, search.order))
+    elif not all(low <= len(word) <= high for word in words for low, high in [FULLTEXT_WORD_SIZES]):
+        return (yield from _like(caps, search, groups, search.order, by_words=True))
     else:
         statement = statements.fulltext_hits(dialect, search.order, search.chosen)
         hits = yield Step(statement, search.params(dialect, query=_boolean_mode(groups)))
         retry = not hits.rows  # a stopword the index left out, or a substring
     if retry:
-        return (yield from _like(caps, search, groups, search.order))
+        return (yield from _like(caps, search, groups, search.order, by_words=True))
     return _snippets(caps, hits.rows, groups)
 
 
@@ -385,7 +400,10 @@ class SearchPlans(SessionListingPlans):
         fields: object = None,
         include_reasoning: object = False,
     ) -> Plan[list[Row]]:
-        text = require_text("query", query) or ""
+        if not isinstance(query, str):
+            kind = type(query).__name__
+            raise InvalidInputTypeError(f"query must be a str, not {kind}")
+        text = query
         sources = _names("source_filter", source_filter)
         excluded = _names("exclude_sources", exclude_sources)
         roles = _names("role_filter", role_filter) or []
