@@ -41,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import TextClause
 
 from ..models import messages, sessions
+from ..models.tables import SEARCH_DOCUMENT_PG
 from .session_terms import LIKE_ESCAPE, in_list
 
 __all__ = [
@@ -63,13 +64,9 @@ _s = sessions.c
 #: ``sort`` values with an order of their own; anything else is relevance.
 SEARCH_ORDERS: Final = ("newest", "oldest")
 
-#: PostgreSQL: what a message's words are read from (content, tool name and tool calls, at
-#: most 100,000 characters, which keeps every ``tsvector`` under PostgreSQL's 1 MB bound).
-#: Revision 0008 indexes exactly this expression; :func:`tsvector_hits` repeats it.
-PG_DOCUMENT: Final = (
-    "to_tsvector('simple'::regconfig, left(coalesce(content, '') || ' ' || "
-    "coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''), 100000))"
-)
+#: PostgreSQL: the ``tsvector`` of a message's text that ``idx_messages_search_tsv`` indexes
+#: (declared with the models); :func:`tsvector_hits` repeats it exactly.
+PG_DOCUMENT: Final = SEARCH_DOCUMENT_PG
 
 _SNIPPET_ARGS: Final = "'>>>', '<<<', '...', 40"
 
@@ -142,8 +139,10 @@ def fts_hits(index: str, order: str | None, chosen: SearchFilter) -> Select[Any]
     if index not in ("messages_fts", "messages_fts_trigram"):
         raise ValueError(f"not a search index: {index!r}")
     fts = table(index, column("rowid"), column("rank"))
-    name = literal_column(index)
-    snippet = literal_column(f"snippet({index}, -1, {_SNIPPET_ARGS})").label("snippet")
+    name: ColumnElement[Any] = literal_column(index)
+    snippet: ColumnElement[Any] = literal_column(f"snippet({index}, -1, {_SNIPPET_ARGS})").label(
+        "snippet"
+    )
     stmt = (
         select(*_hit_columns(snippet))
         .select_from(fts)
@@ -195,25 +194,31 @@ def fulltext_hits(dialect: str, order: str | None, chosen: SearchFilter) -> Sele
     return _ordered(stmt, order, relevance.desc())
 
 
-def _like(column_: ColumnElement[Any], name: str, dialect: str) -> ColumnElement[bool]:
-    value = func.coalesce(column_, literal_column("''"))
-    pattern = bindparam(name)
+def _like(column_: ColumnElement[Any], name: str, dialect: str, whole: bool) -> ColumnElement[bool]:
+    """``column_`` holds the pattern ``:name``. A positive term tests the column itself (so
+    PostgreSQL's trigram index serves it; NULL is no match); a negated one, ``whole``, tests
+    the column with NULL read as '' (NOT of NULL would leave the row out)."""
+    value = func.coalesce(column_, literal_column("''")) if whole else column_
+    pattern: ColumnElement[Any] = bindparam(name)
     if dialect == "postgresql":
         return value.ilike(pattern, escape=LIKE_ESCAPE)
     return value.like(pattern, escape=LIKE_ESCAPE)
 
 
-def _term_matches(name: str, dialect: str, reasoning: bool) -> ColumnElement[bool]:
+def _term_matches(
+    name: str, dialect: str, reasoning: bool, negated: bool = False
+) -> ColumnElement[bool]:
     """Whether ``:name`` (a LIKE pattern) is in a message's content, tool name or tool calls
     (and, with ``reasoning``, an assistant message's reasoning fields)."""
-    found = [_like(c, name, dialect) for c in (_m.content, _m.tool_name, _m.tool_calls)]
+    found = [_like(c, name, dialect, negated) for c in (_m.content, _m.tool_name, _m.tool_calls)]
     if reasoning:
         thought = [
-            _like(c, name, dialect)
+            _like(c, name, dialect, negated)
             for c in (_m.reasoning, _m.reasoning_content, _m.reasoning_details)
         ]
         found.append(and_(_m.role == literal_column("'assistant'"), or_(*thought)))
-    return or_(*found)
+    matched = or_(*found)
+    return not_(matched) if negated else matched
 
 
 @functools.cache
@@ -231,9 +236,7 @@ def like_hits(
     groups = [
         and_(
             *(
-                not_(_term_matches(f"t{g}_{t}", dialect, reasoning))
-                if negated
-                else _term_matches(f"t{g}_{t}", dialect, reasoning)
+                _term_matches(f"t{g}_{t}", dialect, reasoning, negated)
                 for t, negated in enumerate(group)
             )
         )

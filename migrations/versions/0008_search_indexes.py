@@ -19,21 +19,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
+from hermes_state.models import messages
 from hermes_state.schema import target_dialect
-from hermes_state.statements import PG_DOCUMENT
 
 revision: str = "0008_search_indexes"
 down_revision: str | None = "0007_routing_key_repair"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-WORDS_PG = "idx_messages_search_tsv"
 TRIGRAMS_PG = "idx_messages_search_trgm"
-FULLTEXT = "idx_messages_search_ft"
 
 _log = logging.getLogger("hermes_state.migrations")
 
@@ -57,28 +56,54 @@ def _pg_trgm_ready(bind: sa.Connection) -> bool:
     return True
 
 
+def _indexes(dialect: str) -> list[sa.Index]:
+    """This revision's indexes on ``dialect``, as the models declare them."""
+    return [
+        index
+        for index in sorted(messages.indexes, key=lambda i: str(i.name))
+        if index.info.get("revision") == revision
+        and dialect in index.info.get("dialects", (dialect,))
+    ]
+
+
 def upgrade() -> None:
     bind = op.get_bind()
     dialect = target_dialect(bind)
     if dialect == "sqlite":
         return  # upstream's FTS5 tables and triggers (revision 0006)
-    if dialect == "postgresql":
-        op.execute(f"CREATE INDEX IF NOT EXISTS {WORDS_PG} ON messages USING gin (({PG_DOCUMENT}))")
-        if _pg_trgm_ready(bind):
-            op.execute(
-                f"CREATE INDEX IF NOT EXISTS {TRIGRAMS_PG} ON messages USING gin "
-                "(content gin_trgm_ops, tool_name gin_trgm_ops, tool_calls gin_trgm_ops)"
+    offline = op.get_context().as_sql
+    existing = set() if offline else {i["name"] for i in sa.inspect(bind).get_indexes("messages")}
+    # ``db upgrade --dry-run`` predicts a server's upgrade on an SQLite shadow of its names:
+    # there an index only needs its name (SQLite reads no PostgreSQL expression).
+    shadow = bind.dialect.name != dialect
+    for index in _indexes(dialect):
+        if index.name in existing:
+            continue
+        if shadow:
+            named: list[Any] = [e.name for e in index.expressions if isinstance(e, sa.Column)]
+            op.create_index(
+                str(index.name), "messages", named or [sa.text("coalesce(content, '')")]
             )
-        return
-    op.execute(f"CREATE FULLTEXT INDEX {FULLTEXT} ON messages (content, tool_name, tool_calls)")
+            continue
+        if index.name == TRIGRAMS_PG and not _pg_trgm_ready(bind):
+            continue
+        op.create_index(
+            str(index.name), "messages", list(index.expressions), **dict(index.dialect_kwargs)
+        )
+
+
+def downgrade_drops(bind: sa.Connection) -> list[tuple[str, str | None]]:
+    """The tables or columns ``downgrade()`` drops: none (indexes only)."""
+    return []
 
 
 def downgrade() -> None:
-    dialect = target_dialect(op.get_bind())
+    bind = op.get_bind()
+    dialect = target_dialect(bind)
     if dialect == "sqlite":
         return
-    if dialect == "postgresql":
-        op.execute(f"DROP INDEX IF EXISTS {TRIGRAMS_PG}")
-        op.execute(f"DROP INDEX IF EXISTS {WORDS_PG}")
-        return
-    op.execute(f"DROP INDEX {FULLTEXT} ON messages")
+    offline = op.get_context().as_sql
+    existing = None if offline else {i["name"] for i in sa.inspect(bind).get_indexes("messages")}
+    for index in reversed(_indexes(dialect)):
+        if existing is None or index.name in existing:
+            op.drop_index(str(index.name), table_name="messages")

@@ -78,9 +78,11 @@ def test_a_hit_has_upstreams_keys_a_marked_snippet_and_its_neighbours(
         "cli",
         "m-1",
     )
-    assert hit["timestamp"] == 1_001.0 and hit["session_started"] == 900.0
+    assert hit["timestamp"] == 1_001.0
+    assert hit["session_started"] == 900.0
     assert hit["tool_name"] is None
-    assert ">>>deploy<<<" in hit["snippet"] and ">>>script<<<" in hit["snippet"]
+    assert ">>>deploy<<<" in hit["snippet"]
+    assert ">>>script<<<" in hit["snippet"]
     assert hit["context"] == [
         {"role": "user", "content": "How do I deploy the zanzibar ledger?"},
         {"role": "assistant", "content": "Run the zanzibar deploy script twice."},
@@ -115,9 +117,7 @@ def test_boolean_operators_phrases_and_prefixes(db: SessionDB, talk: dict[str, i
 
 
 @pytest.mark.parametrize("query", ["src/main.py", "main.py", "#4", "line,", "ledger?"])
-def test_terms_with_punctuation_are_found(
-    db: SessionDB, talk: dict[str, int], query: str
-) -> None:
+def test_terms_with_punctuation_are_found(db: SessionDB, talk: dict[str, int], query: str) -> None:
     assert db.search_messages(query), query
 
 
@@ -187,7 +187,8 @@ def test_tool_results_are_searched_whole_with_the_tool_role(db: SessionDB) -> No
     say(db, "s1", "user", "a needle in a haystack", 11.0)
     rows = db.search_messages("needle", role_filter=["tool"])
     assert found(rows) == [tool]
-    assert rows[0]["tool_name"] == "terminal" and "needle" in rows[0]["snippet"]
+    assert rows[0]["tool_name"] == "terminal"
+    assert "needle" in rows[0]["snippet"]
 
 
 def test_reasoning_is_searched_only_when_asked(db: SessionDB) -> None:
@@ -243,7 +244,10 @@ def test_relevance_puts_the_denser_match_first(db: SessionDB) -> None:
 
 def test_limit_and_offset_page_through_the_hits(db: SessionDB, talk: dict[str, int]) -> None:
     everything = found(db.search_messages("zanzibar", sort="oldest"))
-    pages = [found(db.search_messages("zanzibar", sort="oldest", limit=2, offset=o)) for o in (0, 2)]
+    pages = [
+        found(db.search_messages("zanzibar", sort="oldest", limit=2, offset=start))
+        for start in (0, 2)
+    ]
     assert pages == [everything[:2], everything[2:]]
     assert db.search_messages("zanzibar", limit=0) == []
     assert db.search_messages("zanzibar", offset=50) == []
@@ -280,7 +284,8 @@ def test_sessions_by_id_rank_exact_then_prefix_then_substring(db: SessionDB) -> 
         db.create_session(session_id, "cli", started_at=at)
     assert [row["id"] for row in db.search_sessions_by_id("AB")] == ["ab", "ab-2", "xab-1"]
     assert [row["id"] for row in db.search_sessions_by_id("ab", limit=1)] == ["ab"]
-    assert db.search_sessions_by_id("  ") == [] and db.search_sessions_by_id("ab", limit=0) == []
+    assert db.search_sessions_by_id("  ") == []
+    assert db.search_sessions_by_id("ab", limit=0) == []
 
 
 # -- the FTS5 expression ------------------------------------------------------------------------
