@@ -25,6 +25,7 @@ from .common import (
     whole_number,
 )
 from .handoff import events_table
+from .session_search import configure_search
 
 #: How many of its latest audit events `session show` prints.
 SHOWN_EVENTS: Final = 10
@@ -34,6 +35,7 @@ def register(commands: Any) -> None:
     actions = group(commands, "session", help="create sessions and look at them")
     for configure in (configure_create, configure_list, configure_show, configure_messages):
         configure(actions)
+    configure_search(actions)
 
 
 def configure_create(actions: Any) -> None:
