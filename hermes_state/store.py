@@ -66,6 +66,11 @@ class StoreSettings:
     _sanitize_fts5_query = staticmethod(search_query.sanitize_fts5_query)
     _contains_cjk = staticmethod(search_query.contains_cjk)
     _count_cjk = staticmethod(search_query.count_cjk)
+    #: Upstream's flags for a full-text index and its trigram half being usable, which its
+    #: callers and tests read before searching. Search works on every backend here (a file
+    #: without the FTS5 tables is searched with LIKE), so both hold.
+    _fts_enabled: bool = True
+    _trigram_available: bool = True
     #: Upstream's pacing of its chunked full-text rebuild (seconds between chunks, and that
     #: pause per second a chunk took), which its callers and tests tune. Kept under upstream's
     #: names so that code runs; hermes-state has no chunked rebuild for them to pace (its

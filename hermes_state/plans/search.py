@@ -153,12 +153,17 @@ def _text_of(content: Any, server: bool) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _cut_around(content: Any, term: str) -> str:
-    """Upstream's LIKE snippet: 120 characters of the stored text from 40 before the term's
-    first (case-sensitive) occurrence, or from the start."""
-    stored = content if isinstance(content, str) else ""
-    start = max(1, stored.find(term) + 1 - 40)
-    return stored[start - 1 : start - 1 + 120]
+def _cut_around(texts: Sequence[Any], term: str) -> str:
+    """Upstream's LIKE snippet: 120 characters of the first of ``texts`` (content, tool name,
+    tool calls) holding the term, from 40 before its first occurrence (or of the content from
+    its start)."""
+    stored = [text for text in texts if isinstance(text, str)]
+    needle = term.casefold()
+    chosen = next((text for text in stored if needle and needle in text.casefold()), None)
+    if chosen is None:
+        chosen = texts[0] if texts and isinstance(texts[0], str) else ""
+    start = max(1, chosen.find(term) + 1 - 40)
+    return chosen[start - 1 : start - 1 + 120]
 
 
 def _highlighted(text: str, words: Sequence[str]) -> str:
@@ -187,10 +192,13 @@ def _snippets(caps: Capabilities, rows: list[Row], groups: list[list[Term]]) -> 
         if "snippet" in row:
             continue
         content = row.pop("content", None)
+        calls = row.pop("tool_calls", None)
         if server:
-            row["snippet"] = _highlighted(_text_of(content, server), words)
+            text = _text_of(content, server) or str(row.get("tool_name") or calls or "")
+            row["snippet"] = _highlighted(text, words)
         else:
-            row["snippet"] = _cut_around(content, terms[0] if terms else "")
+            texts = [content, row.get("tool_name"), calls]
+            row["snippet"] = _cut_around(texts, terms[0] if terms else "")
     return rows
 
 

@@ -243,7 +243,7 @@ def like_hits(
         for g, group in enumerate(shape)
     ]
     stmt = (
-        select(*_hit_columns(_m.content))
+        select(*_hit_columns(_m.content), _m.tool_calls)
         .select_from(messages)
         .join(sessions, _s.id == _m.session_id)
         .where(or_(*groups), *_filter_terms(chosen, dialect))

@@ -2,7 +2,8 @@
 -- MySQL 8.0 (PyMySQL): step 2 of 4, only when the words found nothing (MariaDB: also for words of 1, 2 or more than 84 characters, which its index does not hold).
 
 SELECT messages.id, messages.session_id, messages.`role`, messages.content, messages.timestamp,
-    messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started
+    messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started,
+    messages.tool_calls
 FROM messages INNER
 JOIN sessions ON sessions.id = messages.session_id
 WHERE (messages.content LIKE :t0_0 ESCAPE '!' OR messages.tool_name LIKE :t0_0 ESCAPE '!'

@@ -2,7 +2,8 @@
 -- MariaDB 10.11 (PyMySQL): step 1 of 3.
 
 SELECT messages.id, messages.session_id, messages.role, messages.content, messages.timestamp,
-    messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started
+    messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started,
+    messages.tool_calls
 FROM messages INNER
 JOIN sessions ON sessions.id = messages.session_id
 WHERE (messages.content LIKE :t0_0 ESCAPE '!' OR messages.tool_name LIKE :t0_0 ESCAPE '!'

@@ -2,7 +2,8 @@
 -- SQLite (pysqlite): step 2 of 4.
 
 SELECT messages.id, messages.session_id, messages.role, messages.content, messages.timestamp,
-    messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started
+    messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started,
+    messages.tool_calls
 FROM messages
 JOIN sessions ON sessions.id = messages.session_id
 WHERE (messages.content LIKE :t0_0 ESCAPE '!' OR messages.tool_name LIKE :t0_0 ESCAPE '!'
