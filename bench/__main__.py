@@ -36,6 +36,7 @@ BENCHMARKS: Final = (
     "transitions",
     "drain",
     "dashboard",
+    "search",
 )
 
 Runner = Callable[[bool], list[Result]]

@@ -352,7 +352,10 @@ def _server(caps: Capabilities, search: _Search) -> Body[list[Row]]:
         return []
     if dialect == "postgresql":
         statement = statements.tsvector_hits(search.order, search.chosen)
-        hits = yield Step(statement, search.params(dialect, query=_websearch(groups)))
+        reach = search.page["limit"] + search.page["offset"]
+        candidates = max(statements.PG_RANKED_CANDIDATES, reach)
+        params = search.params(dialect, query=_websearch(groups), candidates=candidates)
+        hits = yield Step(statement, params)
         retry = not hits.rows and trigram_tokens(expression)
     elif not all(low <= len(word) <= high for word in words for low, high in [FULLTEXT_WORD_SIZES]):
         return (yield from _like(caps, search, groups, search.order, by_words=True))

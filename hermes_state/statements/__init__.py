@@ -80,6 +80,7 @@ from .reads import (
 from .reads import list_sessions as list_sessions
 from .search import (
     PG_DOCUMENT,
+    PG_RANKED_CANDIDATES,
     SEARCH_ORDERS,
     SearchFilter,
     fts_hits,
@@ -209,6 +210,7 @@ __all__ = [
     "LINEAGE_FLAGS",
     "MESSAGE_FIELDS",
     "PG_DOCUMENT",
+    "PG_RANKED_CANDIDATES",
     "ROUTE_FIELDS",
     "SEARCH_ORDERS",
     "SESSION_FIELDS",

@@ -46,6 +46,7 @@ from .session_terms import LIKE_ESCAPE, in_list
 
 __all__ = [
     "PG_DOCUMENT",
+    "PG_RANKED_CANDIDATES",
     "SEARCH_ORDERS",
     "SearchFilter",
     "fts_hits",
@@ -158,21 +159,37 @@ def _document() -> ColumnElement[Any]:
     return literal_column(PG_DOCUMENT)
 
 
+#: PostgreSQL ranks at most this many matches of a query by relevance (see
+#: :func:`tsvector_hits`); a page reaching past them ranks as many as it reaches.
+PG_RANKED_CANDIDATES: Final = 200
+
+
 @functools.cache
 def tsvector_hits(order: str | None, chosen: SearchFilter) -> Select[Any]:
     """PostgreSQL: one page of the messages whose words match ``:query`` (read by
-    ``websearch_to_tsquery('simple', ...)``, which takes any text), by ``ts_rank`` or by time
-    then rank, with their ``content`` for the snippet."""
+    ``websearch_to_tsquery('simple', ...)``, which takes any text), with their ``content``
+    for the snippet; by time then rank, or by ``ts_rank`` among the first ``:candidates``
+    matches the index yields (ranking every match of a word in most messages would read
+    them all; a term with fewer matches is ranked whole)."""
     document = _document()
     query = func.websearch_to_tsquery(literal_column("'simple'::regconfig"), bindparam("query"))
     rank = func.ts_rank(document, query)
-    stmt = (
-        select(*_hit_columns(_m.content))
+    matching = (
+        select(*_hit_columns(_m.content), rank.label("relevance"))
         .select_from(messages)
         .join(sessions, _s.id == _m.session_id)
         .where(document.op("@@")(query), *_filter_terms(chosen, "postgresql"))
     )
-    return _ordered(stmt, order, rank.desc())
+    if order is not None:
+        return _ordered(matching, order, rank.desc())
+    candidates = matching.limit(bindparam("candidates")).subquery("candidates")
+    columns = [c for c in candidates.c if c.name != "relevance"]
+    return (
+        select(*columns)
+        .order_by(candidates.c.relevance.desc(), candidates.c.id.desc())
+        .limit(bindparam("limit"))
+        .offset(bindparam("offset"))
+    )
 
 
 @functools.cache
