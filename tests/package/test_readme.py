@@ -114,6 +114,8 @@ FRAGMENTS = (
     'db.append_messages_batch(\n        "m1",',
     'db.set_auto_title("t3", "fix login"',
     'list_sessions_rich(source="cli", limit=20)',
+    # -- search (issue 24)
+    'db.search_messages("deploy script*"',
 )
 
 
@@ -236,6 +238,11 @@ def test_the_session_listing_example(tmp_path: Path, isolated_home: Path) -> Non
     assert result.returncode == 0, result.stderr  # its own asserts held
     with SessionDB(isolated_home / "state.db") as db:
         assert db.session_count() == 25
+
+
+def test_the_search_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.search_messages("deploy script*"'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:
