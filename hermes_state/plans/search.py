@@ -275,6 +275,33 @@ def _any_token(expression: str) -> list[list[Term]]:
     return [[Term(token)] for token in tokens if token]
 
 
+def _fts(search: _Search, index: str, query: str) -> Body[list[Row]]:
+    """One FTS5 index's page: by time in one statement; by relevance, the page's ids ranked
+    (:func:`~hermes_state.statements.fts_ranked_ids`), then their rows with snippets."""
+    if search.order is not None:
+        statement = statements.fts_hits(index, search.order, search.chosen)
+        hits = yield Step(statement, search.params("sqlite", query=query))
+        return hits.rows
+    reach = search.page["limit"] + search.page["offset"]
+    candidates = max(statements.SQLITE_RANKED_CANDIDATES, reach)
+    page = yield Step(
+        statements.fts_ranked_ids(index, search.chosen),
+        search.params("sqlite", query=query, candidates=candidates),
+    )
+    ids = [int(row["id"]) for row in page.rows]
+    if not ids:
+        return []
+    lists = {
+        name: statements.list_parameter(values, "sqlite") for name, values in search.lists.items()
+    }
+    found = yield Step(
+        statements.fts_hits(index, None, search.chosen, True),
+        {**lists, "query": query, "ids": statements.search_id_list(ids, "sqlite")},
+    )
+    place = {hit: number for number, hit in enumerate(ids)}
+    return sorted(found.rows, key=lambda row: place[int(row["id"])])
+
+
 def _sqlite(caps: Capabilities, search: _Search) -> Body[list[Row]]:
     found = yield Step(statements.search_indexes(), {})
     indexes = {str(row["name"]) for row in found.rows}
@@ -285,17 +312,12 @@ def _sqlite(caps: Capabilities, search: _Search) -> Body[list[Row]]:
     raw = expression.strip('"').strip()
     if contains_cjk(expression):
         if trigram and trigram_route(expression) and not search.unindexed:
-            statement = statements.fts_hits("messages_fts_trigram", search.order, search.chosen)
-            hits = yield Step(statement, search.params("sqlite", query=quote_tokens(raw)))
-            return hits.rows
+            return (yield from _fts(search, "messages_fts_trigram", quote_tokens(raw)))
         return (yield from _like(caps, search, _any_token(expression), "newest"))
-    statement = statements.fts_hits("messages_fts", search.order, search.chosen)
-    hits = yield Step(statement, search.params("sqlite", query=expression))
-    if hits.rows or not trigram or not trigram_tokens(expression):
-        return hits.rows
-    statement = statements.fts_hits("messages_fts_trigram", search.order, search.chosen)
-    retry = yield Step(statement, search.params("sqlite", query=quote_tokens(raw)))
-    return retry.rows
+    hits = yield from _fts(search, "messages_fts", expression)
+    if hits or not trigram or not trigram_tokens(expression):
+        return hits
+    return (yield from _fts(search, "messages_fts_trigram", quote_tokens(raw)))
 
 
 def _websearch(groups: list[list[Term]]) -> str:

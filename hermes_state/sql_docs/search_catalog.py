@@ -29,14 +29,19 @@ def _words(caps: Capabilities) -> list[Sent]:
     if caps.name == "sqlite":
         sent = [
             sends(S.search_indexes, note="which of upstream's FTS5 tables the file has"),
-            sends(S.fts_hits, "messages_fts", None, chosen),
             sends(
-                S.fts_hits,
+                S.fts_ranked_ids,
+                "messages_fts",
+                chosen,
+                note="the page's ids, ranked (found: their rows, as from the trigrams below)",
+            ),
+            sends(
+                S.fts_ranked_ids,
                 "messages_fts_trigram",
-                None,
                 chosen,
                 note="only when the words found nothing and every term has 3 characters",
             ),
+            sends(S.fts_hits, "messages_fts_trigram", None, chosen, True),
         ]
     elif caps.name == "postgresql":
         sent = [sends(S.tsvector_hits, None, chosen)]

@@ -48,8 +48,10 @@ __all__ = [
     "PG_DOCUMENT",
     "PG_RANKED_CANDIDATES",
     "SEARCH_ORDERS",
+    "SQLITE_RANKED_CANDIDATES",
     "SearchFilter",
     "fts_hits",
+    "fts_ranked_ids",
     "fulltext_hits",
     "id_list",
     "like_hits",
@@ -132,14 +134,53 @@ def search_indexes() -> TextClause:
     )
 
 
-@functools.cache
-def fts_hits(index: str, order: str | None, chosen: SearchFilter) -> Select[Any]:
-    """SQLite: one page of the messages ``index`` (``messages_fts`` or
-    ``messages_fts_trigram``) matches for ``:query``, by BM25 rank (``order`` None) or by
-    time then rank, with upstream's ``snippet()``."""
+#: SQLite ranks by BM25 at most this many of a query's newest matches (see
+#: :func:`fts_ranked_ids`); a page reaching past them ranks as many as it reaches.
+SQLITE_RANKED_CANDIDATES: Final = 1_000
+
+
+def _fts_table(index: str) -> Any:
     if index not in ("messages_fts", "messages_fts_trigram"):
         raise ValueError(f"not a search index: {index!r}")
-    fts = table(index, column("rowid"), column("rank"))
+    return table(index, column("rowid"), column("rank"))
+
+
+@functools.cache
+def fts_ranked_ids(index: str, chosen: SearchFilter) -> Select[Any]:
+    """SQLite: the ids (``id``) of one page of the messages ``index`` matches for
+    ``:query``, by BM25 rank among the newest ``:candidates`` matches the filters admit (FTS5
+    ranks every match it is asked to order; for a word in most messages that is most of the
+    table, so the rank is taken over the newest ones; a term with fewer matches is ranked
+    whole)."""
+    fts = _fts_table(index)
+    name: ColumnElement[Any] = literal_column(index)
+    candidates = (
+        select(fts.c.rowid.label("id"), fts.c.rank.label("relevance"))
+        .select_from(fts)
+        .join(messages, _m.id == fts.c.rowid)
+        .join(sessions, _s.id == _m.session_id)
+        .where(name.op("MATCH")(bindparam("query")), *_filter_terms(chosen, "sqlite"))
+        .order_by(fts.c.rowid.desc())
+        .limit(bindparam("candidates"))
+        .subquery("candidates")
+    )
+    return (
+        select(candidates.c.id)
+        .order_by(candidates.c.relevance, candidates.c.id.desc())
+        .limit(bindparam("limit"))
+        .offset(bindparam("offset"))
+    )
+
+
+@functools.cache
+def fts_hits(
+    index: str, order: str | None, chosen: SearchFilter, by_ids: bool = False
+) -> Select[Any]:
+    """SQLite: one page of the messages ``index`` (``messages_fts`` or
+    ``messages_fts_trigram``) matches for ``:query``, by time then rank, with upstream's
+    ``snippet()``; ``by_ids``: the hits of ``:ids`` (a page :func:`fts_ranked_ids` chose,
+    in no order), which FTS5 reaches by rowid."""
+    fts = _fts_table(index)
     name: ColumnElement[Any] = literal_column(index)
     snippet: ColumnElement[Any] = literal_column(f"snippet({index}, -1, {_SNIPPET_ARGS})").label(
         "snippet"
@@ -151,6 +192,8 @@ def fts_hits(index: str, order: str | None, chosen: SearchFilter) -> Select[Any]
         .join(sessions, _s.id == _m.session_id)
         .where(name.op("MATCH")(bindparam("query")), *_filter_terms(chosen, "sqlite"))
     )
+    if by_ids:
+        return stmt.where(_id_in(fts.c.rowid, "sqlite"))
     return _ordered(stmt, order, fts.c.rank)
 
 

@@ -1,5 +1,5 @@
 -- statements.search_indexes(), sent by search_messages('deployscript')
--- SQLite (pysqlite): step 1 of 5, which of upstream's FTS5 tables the file has.
+-- SQLite (pysqlite): step 1 of 6, which of upstream's FTS5 tables the file has.
 
 SELECT name
 FROM sqlite_master

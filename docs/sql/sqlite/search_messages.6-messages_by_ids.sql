@@ -1,5 +1,5 @@
 -- statements.messages_by_ids(dialect='sqlite'), sent by search_messages('deployscript')
--- SQLite (pysqlite): step 5 of 5.
+-- SQLite (pysqlite): step 6 of 6.
 
 SELECT messages.id, messages.role, messages.content
 FROM messages

@@ -1,5 +1,5 @@
 -- statements.neighbour_ids(dialect='sqlite'), sent by search_messages('deployscript')
--- SQLite (pysqlite): step 4 of 5, each hit's neighbours, then their text (once for the whole page).
+-- SQLite (pysqlite): step 5 of 6, each hit's neighbours, then their text (once for the whole page).
 -- Parameters the statement carries: :param_1 = 1, :param_2 = 0, :param_3 = 1, :param_4 = 0.
 
 SELECT target.id, (
