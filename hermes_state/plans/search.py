@@ -275,31 +275,98 @@ def _any_token(expression: str) -> list[list[Term]]:
     return [[Term(token)] for token in tokens if token]
 
 
+def _ranked_page(
+    search: _Search,
+    dialect: str,
+    candidates: Any,
+    rest: Any,
+    best_first: bool,
+    match: dict[str, Any],
+) -> Body[list[int]]:
+    """The ids of one page by relevance: the candidates (a bounded set of the matches, the
+    same for every page) ranked, then the matches past them, newest first. ``best_first``:
+    a higher relevance is better (PostgreSQL's ``ts_rank``; FTS5's rank is lower-better)."""
+    cap = (
+        statements.SQLITE_RANKED_CANDIDATES
+        if dialect == "sqlite"
+        else (statements.PG_RANKED_CANDIDATES)
+    )
+    lists = {name: statements.list_parameter(v, dialect) for name, v in search.lists.items()}
+    pool = yield Step(candidates, {**lists, **match, "candidates": cap})
+    sign = -1.0 if best_first else 1.0
+    ranked = [
+        int(row["id"])
+        for row in sorted(pool.rows, key=lambda r: (sign * float(r["relevance"]), -int(r["id"])))
+    ]
+    limit, offset = search.page["limit"], search.page["offset"]
+    page = ranked[offset : offset + limit]
+    if len(pool.rows) < cap or offset + limit <= cap:
+        return page  # every match was a candidate, or the page ends among them
+    past = yield Step(
+        rest,
+        {
+            **lists,
+            **match,
+            "exclude": statements.search_id_list(ranked, dialect),
+            "limit": offset + limit - max(cap, offset),
+            "offset": max(0, offset - cap),
+        },
+    )
+    return page + [int(row["id"]) for row in past.rows]
+
+
+def _in_page_order(rows: list[Row], ids: list[int]) -> list[Row]:
+    place = {hit: number for number, hit in enumerate(ids)}
+    return sorted(rows, key=lambda row: place[int(row["id"])])
+
+
 def _fts(search: _Search, index: str, query: str) -> Body[list[Row]]:
-    """One FTS5 index's page: by time in one statement; by relevance, the page's ids ranked
-    (:func:`~hermes_state.statements.fts_ranked_ids`), then their rows with snippets."""
+    """One FTS5 index's page: by time in one statement; by relevance, the page's ids first
+    (:func:`_ranked_page`), then their rows and snippets, reached by rowid."""
     if search.order is not None:
         statement = statements.fts_hits(index, search.order, search.chosen)
         hits = yield Step(statement, search.params("sqlite", query=query))
         return hits.rows
-    reach = search.page["limit"] + search.page["offset"]
-    candidates = max(statements.SQLITE_RANKED_CANDIDATES, reach)
-    page = yield Step(
-        statements.fts_ranked_ids(index, search.chosen),
-        search.params("sqlite", query=query, candidates=candidates),
+    ids = yield from _ranked_page(
+        search,
+        "sqlite",
+        statements.fts_candidates(index, search.chosen),
+        statements.fts_rest(index, search.chosen),
+        False,
+        {"query": query},
     )
-    ids = [int(row["id"]) for row in page.rows]
     if not ids:
         return []
-    lists = {
-        name: statements.list_parameter(values, "sqlite") for name, values in search.lists.items()
-    }
+    lists = {name: statements.list_parameter(v, "sqlite") for name, v in search.lists.items()}
     found = yield Step(
         statements.fts_hits(index, None, search.chosen, True),
         {**lists, "query": query, "ids": statements.search_id_list(ids, "sqlite")},
     )
-    place = {hit: number for number, hit in enumerate(ids)}
-    return sorted(found.rows, key=lambda row: place[int(row["id"])])
+    return _in_page_order(found.rows, ids)
+
+
+def _tsvector(search: _Search, query: str) -> Body[list[Row]]:
+    """PostgreSQL's word page, as :func:`_fts`."""
+    if search.order is not None:
+        statement = statements.tsvector_hits(search.order, search.chosen)
+        hits = yield Step(statement, search.params("postgresql", query=query))
+        return hits.rows
+    ids = yield from _ranked_page(
+        search,
+        "postgresql",
+        statements.tsvector_candidates(search.chosen),
+        statements.tsvector_rest(search.chosen),
+        True,
+        {"query": query},
+    )
+    if not ids:
+        return []
+    lists = {name: list(values) for name, values in search.lists.items()}
+    found = yield Step(
+        statements.tsvector_hits(None, search.chosen, True),
+        {**lists, "query": query, "ids": ids},
+    )
+    return _in_page_order(found.rows, ids)
 
 
 def _sqlite(caps: Capabilities, search: _Search) -> Body[list[Row]]:
@@ -373,21 +440,18 @@ def _server(caps: Capabilities, search: _Search) -> Body[list[Row]]:
     if not words:
         return []
     if dialect == "postgresql":
-        statement = statements.tsvector_hits(search.order, search.chosen)
-        reach = search.page["limit"] + search.page["offset"]
-        candidates = max(statements.PG_RANKED_CANDIDATES, reach)
-        params = search.params(dialect, query=_websearch(groups), candidates=candidates)
-        hits = yield Step(statement, params)
-        retry = not hits.rows and trigram_tokens(expression)
+        rows = yield from _tsvector(search, _websearch(groups))
+        retry = not rows and trigram_tokens(expression)
     elif not all(low <= len(word) <= high for word in words for low, high in [FULLTEXT_WORD_SIZES]):
         return (yield from _like(caps, search, groups, search.order, by_words=True))
     else:
         statement = statements.fulltext_hits(dialect, search.order, search.chosen)
         hits = yield Step(statement, search.params(dialect, query=_boolean_mode(groups)))
-        retry = not hits.rows  # a stopword the index left out, or a substring
+        rows = hits.rows
+        retry = not rows  # a stopword the index left out, or a substring
     if retry:
         return (yield from _like(caps, search, groups, search.order, by_words=True))
-    return _snippets(caps, hits.rows, groups)
+    return _snippets(caps, rows, groups)
 
 
 def _search(caps: Capabilities, search: _Search) -> Body[list[Row]]:

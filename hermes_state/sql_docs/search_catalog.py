@@ -30,21 +30,21 @@ def _words(caps: Capabilities) -> list[Sent]:
         sent = [
             sends(S.search_indexes, note="which of upstream's FTS5 tables the file has"),
             sends(
-                S.fts_ranked_ids,
+                S.fts_candidates,
                 "messages_fts",
                 chosen,
-                note="the page's ids, ranked (found: their rows, as from the trigrams below)",
+                note="the newest matches, ranked here (found: the page's rows, as below)",
             ),
             sends(
-                S.fts_ranked_ids,
+                S.fts_candidates,
                 "messages_fts_trigram",
                 chosen,
                 note="only when the words found nothing and every term has 3 characters",
             ),
-            sends(S.fts_hits, "messages_fts_trigram", None, chosen, True),
+            sends(S.fts_hits, "messages_fts_trigram", None, chosen, True, note="the page's rows"),
         ]
     elif caps.name == "postgresql":
-        sent = [sends(S.tsvector_hits, None, chosen)]
+        sent = [sends(S.tsvector_candidates, chosen, note="the first matches, ranked here")]
     else:
         sent = [sends(S.fulltext_hits, caps.name, None, chosen)]
     if caps.name != "sqlite":
@@ -59,6 +59,28 @@ def _words(caps: Capabilities) -> list[Sent]:
                 "or more than 84 characters, which its index does not hold)",
             )
         )
+    return [*sent, *_context(caps)]
+
+
+def _deep(caps: Capabilities) -> list[Sent]:
+    """A page of a common word past the ranked candidates: they, then the matches after them,
+    then the page's rows."""
+    chosen = SearchFilter()
+    if caps.name == "sqlite":
+        sent = [
+            sends(S.search_indexes),
+            sends(S.fts_candidates, "messages_fts", chosen),
+            sends(S.fts_rest, "messages_fts", chosen, note="the page's part past them"),
+            sends(S.fts_hits, "messages_fts", None, chosen, True),
+        ]
+    elif caps.name == "postgresql":
+        sent = [
+            sends(S.tsvector_candidates, chosen),
+            sends(S.tsvector_rest, chosen, note="the page's part past them"),
+            sends(S.tsvector_hits, None, chosen, True),
+        ]
+    else:
+        sent = [sends(S.fulltext_hits, caps.name, None, chosen)]
     return [*sent, *_context(caps)]
 
 
@@ -92,6 +114,13 @@ def _by_id(caps: Capabilities) -> list[Sent]:
 _O = Operation
 SEARCH_OPERATIONS: Final[tuple[Operation, ...]] = (
     _O(_SEARCH, "search_messages", "", "search_messages('deployscript')", _words),
+    _O(
+        _SEARCH,
+        "search_messages",
+        "deep",
+        "search_messages('common', limit=5, offset=1005)",
+        _deep,
+    ),
     _O(
         _SEARCH,
         "search_messages",

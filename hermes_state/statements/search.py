@@ -19,6 +19,7 @@ the ``content`` the plans cut a snippet from.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,15 +51,18 @@ __all__ = [
     "SEARCH_ORDERS",
     "SQLITE_RANKED_CANDIDATES",
     "SearchFilter",
+    "fts_candidates",
     "fts_hits",
-    "fts_ranked_ids",
+    "fts_rest",
     "fulltext_hits",
     "id_list",
     "like_hits",
     "messages_by_ids",
     "neighbour_ids",
     "search_indexes",
+    "tsvector_candidates",
     "tsvector_hits",
+    "tsvector_rest",
 ]
 
 _m = messages.c
@@ -135,7 +139,7 @@ def search_indexes() -> TextClause:
 
 
 #: SQLite ranks by BM25 at most this many of a query's newest matches (see
-#: :func:`fts_ranked_ids`); a page reaching past them ranks as many as it reaches.
+#: :func:`fts_candidates`); the older matches follow, newest first.
 SQLITE_RANKED_CANDIDATES: Final = 1_000
 
 
@@ -145,31 +149,40 @@ def _fts_table(index: str) -> Any:
     return table(index, column("rowid"), column("rank"))
 
 
-@functools.cache
-def fts_ranked_ids(index: str, chosen: SearchFilter) -> Select[Any]:
-    """SQLite: the ids (``id``) of one page of the messages ``index`` matches for
-    ``:query``, by BM25 rank among the newest ``:candidates`` matches the filters admit (FTS5
-    ranks every match it is asked to order; for a word in most messages that is most of the
-    table, so the rank is taken over the newest ones; a term with fewer matches is ranked
-    whole)."""
+def _fts_matching(
+    index: str, chosen: SearchFilter, pick: Callable[[Any], tuple[Any, ...]]
+) -> tuple[Select[Any], Any]:
+    """The matches of ``index`` for ``:query`` the filters admit, selecting ``pick(fts)``."""
     fts = _fts_table(index)
     name: ColumnElement[Any] = literal_column(index)
-    candidates = (
-        select(fts.c.rowid.label("id"), fts.c.rank.label("relevance"))
+    stmt = (
+        select(*pick(fts))
         .select_from(fts)
         .join(messages, _m.id == fts.c.rowid)
         .join(sessions, _s.id == _m.session_id)
         .where(name.op("MATCH")(bindparam("query")), *_filter_terms(chosen, "sqlite"))
-        .order_by(fts.c.rowid.desc())
-        .limit(bindparam("candidates"))
-        .subquery("candidates")
     )
-    return (
-        select(candidates.c.id)
-        .order_by(candidates.c.relevance, candidates.c.id.desc())
-        .limit(bindparam("limit"))
-        .offset(bindparam("offset"))
+    return stmt, fts
+
+
+@functools.cache
+def fts_candidates(index: str, chosen: SearchFilter) -> Select[Any]:
+    """SQLite: the newest ``:candidates`` messages ``index`` matches for ``:query`` that the
+    filters admit, with their BM25 rank (``id``, ``relevance``): what relevance orders (FTS5
+    ranks every match it is asked to order, for a word in most messages most of the table)."""
+    stmt, fts = _fts_matching(
+        index, chosen, lambda t: (t.c.rowid.label("id"), t.c.rank.label("relevance"))
     )
+    return stmt.order_by(fts.c.rowid.desc()).limit(bindparam("candidates"))
+
+
+@functools.cache
+def fts_rest(index: str, chosen: SearchFilter) -> Select[Any]:
+    """SQLite: the ids of the matches past the candidates (not in ``:exclude``, a list),
+    newest first, one page (``:limit``, ``:offset``)."""
+    stmt, fts = _fts_matching(index, chosen, lambda t: (t.c.rowid.label("id"),))
+    stmt = stmt.where(not_(_id_in(fts.c.rowid, "sqlite", "exclude")))
+    return stmt.order_by(fts.c.rowid.desc()).limit(bindparam("limit")).offset(bindparam("offset"))
 
 
 @functools.cache
@@ -178,8 +191,8 @@ def fts_hits(
 ) -> Select[Any]:
     """SQLite: one page of the messages ``index`` (``messages_fts`` or
     ``messages_fts_trigram``) matches for ``:query``, by time then rank, with upstream's
-    ``snippet()``; ``by_ids``: the hits of ``:ids`` (a page :func:`fts_ranked_ids` chose,
-    in no order), which FTS5 reaches by rowid."""
+    ``snippet()``; ``by_ids``: the hits of ``:ids`` (a page the plan chose from
+    :func:`fts_candidates` and :func:`fts_rest`, in no order), which FTS5 reaches by rowid."""
     fts = _fts_table(index)
     name: ColumnElement[Any] = literal_column(index)
     snippet: ColumnElement[Any] = literal_column(f"snippet({index}, -1, {_SNIPPET_ARGS})").label(
@@ -203,36 +216,52 @@ def _document() -> ColumnElement[Any]:
 
 
 #: PostgreSQL ranks at most this many matches of a query by relevance (see
-#: :func:`tsvector_hits`); a page reaching past them ranks as many as it reaches.
+#: :func:`tsvector_candidates`); the matches past them follow, newest first.
 PG_RANKED_CANDIDATES: Final = 200
 
 
-@functools.cache
-def tsvector_hits(order: str | None, chosen: SearchFilter) -> Select[Any]:
-    """PostgreSQL: one page of the messages whose words match ``:query`` (read by
-    ``websearch_to_tsquery('simple', ...)``, which takes any text), with their ``content``
-    for the snippet; by time then rank, or by ``ts_rank`` among the first ``:candidates``
-    matches the index yields (ranking every match of a word in most messages would read
-    them all; a term with fewer matches is ranked whole)."""
-    document = _document()
+def _tsvector_matching(chosen: SearchFilter, *columns: Any) -> Select[Any]:
     query = func.websearch_to_tsquery(literal_column("'simple'::regconfig"), bindparam("query"))
-    rank = func.ts_rank(document, query)
-    matching = (
-        select(*_hit_columns(_m.content), rank.label("relevance"))
-        .select_from(messages)
-        .join(sessions, _s.id == _m.session_id)
-        .where(document.op("@@")(query), *_filter_terms(chosen, "postgresql"))
-    )
-    if order is not None:
-        return _ordered(matching, order, rank.desc())
-    candidates = matching.limit(bindparam("candidates")).subquery("candidates")
-    columns = [c for c in candidates.c if c.name != "relevance"]
     return (
         select(*columns)
-        .order_by(candidates.c.relevance.desc(), candidates.c.id.desc())
-        .limit(bindparam("limit"))
-        .offset(bindparam("offset"))
+        .select_from(messages)
+        .join(sessions, _s.id == _m.session_id)
+        .where(_document().op("@@")(query), *_filter_terms(chosen, "postgresql"))
     )
+
+
+def _ts_rank() -> ColumnElement[Any]:
+    query = func.websearch_to_tsquery(literal_column("'simple'::regconfig"), bindparam("query"))
+    return func.ts_rank(_document(), query)
+
+
+@functools.cache
+def tsvector_hits(order: str | None, chosen: SearchFilter, by_ids: bool = False) -> Select[Any]:
+    """PostgreSQL: one page of the messages whose words match ``:query`` (read by
+    ``websearch_to_tsquery('simple', ...)``, which takes any text), by time then ``ts_rank``,
+    with their ``content`` for the snippet; ``by_ids``: the hits of ``:ids`` (a page the plan
+    chose from :func:`tsvector_candidates` and :func:`tsvector_rest`, in no order)."""
+    stmt = _tsvector_matching(chosen, *_hit_columns(_m.content))
+    if by_ids:
+        return stmt.where(_id_in(_m.id, "postgresql"))
+    return _ordered(stmt, order, _ts_rank().desc())
+
+
+@functools.cache
+def tsvector_candidates(chosen: SearchFilter) -> Select[Any]:
+    """PostgreSQL: the first ``:candidates`` matches the index yields (``id``, ``ts_rank`` as
+    ``relevance``): what relevance orders (``ts_rank`` reads each candidate's text)."""
+    return _tsvector_matching(chosen, _m.id, _ts_rank().label("relevance")).limit(
+        bindparam("candidates")
+    )
+
+
+@functools.cache
+def tsvector_rest(chosen: SearchFilter) -> Select[Any]:
+    """PostgreSQL: the ids of the matches past the candidates (not in ``:exclude``), newest
+    id first, one page."""
+    stmt = _tsvector_matching(chosen, _m.id).where(not_(_id_in(_m.id, "postgresql", "exclude")))
+    return stmt.order_by(_m.id.desc()).limit(bindparam("limit")).offset(bindparam("offset"))
 
 
 @functools.cache
@@ -352,14 +381,14 @@ def messages_by_ids(dialect: str) -> Select[Any]:
     return select(_m.id, _m.role, _m.content).where(_id_in(_m.id, dialect))
 
 
-def _id_in(column_: ColumnElement[Any], dialect: str) -> ColumnElement[bool]:
-    """``column_`` is one of the message ids bound as ``:ids`` (as :func:`in_list`, for
+def _id_in(column_: ColumnElement[Any], dialect: str, name: str = "ids") -> ColumnElement[bool]:
+    """``column_`` is one of the message ids bound as ``:name`` (as :func:`in_list`, for
     integers: the plans bind them with :func:`id_list`)."""
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import ARRAY
 
-        return column_ == any_(bindparam("ids", type_=ARRAY(Integer())))
-    return in_list(column_, "ids", dialect)
+        return column_ == any_(bindparam(name, type_=ARRAY(Integer())))
+    return in_list(column_, name, dialect)
 
 
 def id_list(ids: list[int], dialect: str) -> object:

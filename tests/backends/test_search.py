@@ -339,3 +339,16 @@ def test_the_servers_read_the_expression_as_or_groups_of_terms() -> None:
         [("deploy", False, False, False), ("the script", False, True, False)],
         [("-x", False, True, False), ("ledger", True, False, True)],
     ]
+
+
+def test_pages_past_the_ranked_candidates_still_reach_every_hit(db: SessionDB) -> None:
+    """Relevance ranks a bounded set of the newest matches (1,000 on SQLite, 200 on
+    PostgreSQL); a page reaching past it ranks as many as it reaches, so paging through a
+    common word still returns every hit once."""
+    db.create_session("s1", "cli")
+    batch = [{"role": "user", "content": f"common word number {n}"} for n in range(1_030)]
+    db.append_messages_batch("s1", batch)
+    seen: list[int] = []
+    for start in range(0, 1_100, 250):
+        seen += found(db.search_messages("common", limit=250, offset=start, fields=["id"]))
+    assert len(seen) == len(set(seen)) == 1_030

@@ -474,6 +474,13 @@ EXAMPLES: dict[str, Example] = {
         lambda db: db.append_message("idle", "assistant", "the deployscripts ran"),
         lambda db: db.search_messages("deployscript"),
     ),
+    # Past the ranked candidates (1,000 newest on SQLite, 200 on PostgreSQL).
+    "search_messages.deep": _after(
+        lambda db: db.append_messages_batch(
+            "idle", [{"role": "user", "content": f"common {n}"} for n in range(1_010)]
+        ),
+        lambda db: db.search_messages("common", limit=5, offset=1_005),
+    ),
     "search_messages.cjk": _after(
         lambda db: db.append_message("idle", "user", "去大别山项目现场"),
         lambda db: db.search_messages(

@@ -1,5 +1,5 @@
 -- statements.fts_hits(index='messages_fts_trigram', order=None, chosen=SearchFilter(include_inactive=False, by_sources=False, excluding_sources=False, by_roles=False), by_ids=True), sent by search_messages('deployscript')
--- SQLite (pysqlite): step 4 of 6.
+-- SQLite (pysqlite): step 4 of 6, the page's rows.
 
 SELECT messages.id, messages.session_id, messages.role, snippet(messages_fts_trigram, -1, '>>>',
     '<<<', '...', 40) AS snippet, messages.timestamp, messages.tool_name, sessions.source,
