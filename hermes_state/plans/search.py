@@ -361,11 +361,7 @@ def _tsvector(search: _Search, query: str) -> Body[list[Row]]:
     )
     if not ids:
         return []
-    lists = {name: list(values) for name, values in search.lists.items()}
-    found = yield Step(
-        statements.tsvector_hits(None, search.chosen, True),
-        {**lists, "query": query, "ids": ids},
-    )
+    found = yield Step(statements.tsvector_hits(None, search.chosen, True), {"ids": ids})
     return _in_page_order(found.rows, ids)
 
 

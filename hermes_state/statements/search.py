@@ -239,11 +239,17 @@ def _ts_rank() -> ColumnElement[Any]:
 def tsvector_hits(order: str | None, chosen: SearchFilter, by_ids: bool = False) -> Select[Any]:
     """PostgreSQL: one page of the messages whose words match ``:query`` (read by
     ``websearch_to_tsquery('simple', ...)``, which takes any text), by time then ``ts_rank``,
-    with their ``content`` for the snippet; ``by_ids``: the hits of ``:ids`` (a page the plan
+    with their ``content`` for the snippet; ``by_ids``: the rows of ``:ids`` (a page the plan
     chose from :func:`tsvector_candidates` and :func:`tsvector_rest`, in no order)."""
-    stmt = _tsvector_matching(chosen, *_hit_columns(_m.content))
     if by_ids:
-        return stmt.where(_id_in(_m.id, "postgresql"))
+        # Known matches the filters admitted: read by key (no second pass of the GIN index).
+        return (
+            select(*_hit_columns(_m.content))
+            .select_from(messages)
+            .join(sessions, _s.id == _m.session_id)
+            .where(_id_in(_m.id, "postgresql"))
+        )
+    stmt = _tsvector_matching(chosen, *_hit_columns(_m.content))
     return _ordered(stmt, order, _ts_rank().desc())
 
 

@@ -5,7 +5,4 @@ SELECT messages.id, messages.session_id, messages.role, messages.content, messag
     messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started
 FROM messages
 JOIN sessions ON sessions.id = messages.session_id
-WHERE (to_tsvector('simple'::regconfig, left(coalesce(content, '') || ' ' || coalesce(tool_name, '')
-    || ' ' || coalesce(tool_calls, ''), 100000)) @@ websearch_to_tsquery('simple'::regconfig, :query))
-    AND (messages.active = 1 OR messages.compacted = 1)
-    AND coalesce(messages.display_kind, '') != 'hidden' AND messages.id = ANY (:ids::INTEGER[]);
+WHERE messages.id = ANY (:ids::INTEGER[]);
