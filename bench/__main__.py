@@ -37,6 +37,7 @@ BENCHMARKS: Final = (
     "drain",
     "dashboard",
     "prune",
+    "search",
 )
 
 Runner = Callable[[bool], list[Result]]

@@ -77,6 +77,8 @@ def _include_on(
         dialects = None if model_side is None else model_side.info.get("dialects")
         if dialects is not None and dialect_name not in dialects:
             return False
+        if not reflected and compare_to is None and obj.info.get("optional"):
+            return False  # e.g. the pg_trgm index, without the extension
     return include_object(obj, name, type_, reflected, compare_to)
 
 

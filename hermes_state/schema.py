@@ -86,7 +86,7 @@ def target_dialect(connection: Connection) -> str:
 
 
 #: The newest migration; equal to the scripts' head (pinned by a test).
-HEAD_REVISION: Final = "0007_routing_key_repair"
+HEAD_REVISION: Final = "0008_search_indexes"
 VERSION_TABLE: Final = "hermes_state_alembic_version"
 #: What ``db current``, ``db check`` and ``db copy`` call a database without a revision.
 NO_REVISION: Final = "base"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from . import notify, statements, titles
+from . import notify, search_query, statements, titles
 from .engine import Patience, describe, is_sqlite, make_engine, refuse_directory, resolve_url
 from .errors import (
     DatabaseBusyError,
@@ -68,6 +68,16 @@ class StoreSettings:
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
     #: ``sanitize_title(title)``: the title as it would be stored (see :mod:`hermes_state.titles`).
     sanitize_title = staticmethod(titles.sanitize_title)
+    #: Upstream's names for what ``search_messages`` makes of a query: the FTS5 expression
+    #: (see :mod:`hermes_state.search_query`) and its CJK tests.
+    _sanitize_fts5_query = staticmethod(search_query.sanitize_fts5_query)
+    _contains_cjk = staticmethod(search_query.contains_cjk)
+    _count_cjk = staticmethod(search_query.count_cjk)
+    #: Upstream's flags for a full-text index and its trigram half being usable, which its
+    #: callers and tests read before searching. Search works on every backend here (a file
+    #: without the FTS5 tables is searched with LIKE), so both hold.
+    _fts_enabled: bool = True
+    _trigram_available: bool = True
     #: Upstream's pacing of its chunked full-text rebuild (seconds between chunks, and that
     #: pause per second a chunk took), which its callers and tests tune. Kept under upstream's
     #: names so that code runs; hermes-state has no chunked rebuild for them to pace (its

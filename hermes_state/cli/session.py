@@ -26,6 +26,7 @@ from .common import (
 )
 from .handoff import events_table
 from .session_portability import configure as configure_portability
+from .session_search import configure_search
 
 #: How many of its latest audit events `session show` prints.
 SHOWN_EVENTS: Final = 10
@@ -36,6 +37,7 @@ def register(commands: Any) -> None:
     for configure in (configure_create, configure_list, configure_show, configure_messages):
         configure(actions)
     configure_portability(actions)
+    configure_search(actions)
 
 
 def configure_create(actions: Any) -> None:

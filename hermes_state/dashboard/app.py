@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -47,6 +48,8 @@ WITHDRAWN_ERROR: Final = "Withdrawn by an operator from the dashboard."
 PAGE_SIZE: Final = 50
 MAX_PAGE: Final = 500
 RECENT_FAILURES: Final = 10
+#: Hits a search page shows unless ``limit`` says otherwise.
+SEARCH_PAGE: Final = 20
 HEARTBEAT: Final = 15.0
 STATES: Final = tuple(state.value for state in HandoffState)
 
@@ -92,7 +95,9 @@ class Dashboard:
             loader=PackageLoader("hermes_state.dashboard", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
-        self.templates.filters.update(iso=_iso, age=_age, session_url=session_path)
+        self.templates.filters.update(
+            iso=_iso, age=_age, session_url=session_path, marked=marked_snippet
+        )
         self.templates.globals.update(
             states=STATES, where=where, tool_calls_of=tool_calls_of, result_tool=result_tool
         )
@@ -121,6 +126,19 @@ class Dashboard:
             "next_after": rows[-1]["id"] if len(rows) == limit else None,
             "filter": {"state": state, "limit": limit, "after": after, "q": search},
         }
+
+    async def search(self, query: Mapping[str, str]) -> dict[str, Any]:
+        """The messages matching ``q`` (``search_messages``, the best match first)."""
+        text = (query.get("q") or "").strip()
+        raw_limit = query.get("limit") or str(SEARCH_PAGE)
+        try:
+            limit = int(raw_limit)
+        except ValueError:
+            raise InvalidInputError(f"limit must be a whole number, not {raw_limit!r}") from None
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE}, not {limit}")
+        hits = await self.store.search_messages(text, limit=limit) if text else []
+        return {"q": text, "limit": limit, "hits": hits}
 
     async def session(self, session_id: str) -> dict[str, Any] | None:
         row = await self.store.get_session(session_id)
@@ -184,6 +202,12 @@ class HostCheck:
         await self.app(scope, receive, send)
 
 
+def marked_snippet(snippet: object) -> Markup:
+    """A search snippet as HTML: its text escaped, the ``>>>``/``<<<`` marks as ``<mark>``."""
+    escaped = str(escape(str(snippet or "")))
+    return Markup(escaped.replace("&gt;&gt;&gt;", "<mark>").replace("&lt;&lt;&lt;", "</mark>"))
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -239,6 +263,14 @@ def create_app(
             return dashboard.render("missing.html", 404, session_id=session_id)
         template = "_session.html" if request.query_params.get("fragment") else "session.html"
         return dashboard.render(template, session_id=session_id, **found)
+
+    async def search_page(request: Request) -> Response:
+        found = await dashboard.search(request.query_params)
+        return dashboard.render("search.html", **found)
+
+    async def api_search(request: Request) -> Response:
+        found = await dashboard.search(request.query_params)
+        return _json(found)
 
     async def api_stats(request: Request) -> Response:
         stats = await store.handoff_stats()
@@ -330,6 +362,8 @@ def create_app(
         Route("/", index),
         Route("/sessions", session_page),
         Route("/sessions/{session_id:path}", session_page),
+        Route("/search", search_page),
+        Route("/api/search", api_search),
         Route("/api/stats", api_stats),
         Route("/api/handoffs", api_handoffs),
         Route("/api/sessions", api_session),

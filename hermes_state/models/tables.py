@@ -103,6 +103,36 @@ def _on_mysql(index: Index) -> Index:
     return index.ddl_if(dialect=("mysql", "mariadb"))  # type: ignore[arg-type]
 
 
+def _on_postgresql(index: Index) -> Index:
+    index.info["dialects"] = ("postgresql",)
+    return index.ddl_if(dialect="postgresql")
+
+
+#: The revision that creates the search indexes (the revisions before it skip them).
+SEARCH_REVISION: Final = "0008_search_indexes"
+
+
+def _searching(index: Index) -> Index:
+    index.info["revision"] = SEARCH_REVISION
+    return index
+
+
+def _optional(index: Index) -> Index:
+    """An index a database may lack without drifting (``db check`` does not ask for it)."""
+    index.info["optional"] = True
+    return index
+
+
+#: The message columns search reads.
+_SEARCHED: Final = ("content", "tool_name", "tool_calls")
+#: PostgreSQL: what a message's words are read from (content, tool name and tool calls, at
+#: most 100,000 characters, which keeps every ``tsvector`` under PostgreSQL's 1 MB bound).
+#: ``idx_messages_search_tsv`` indexes exactly this expression and the search repeats it.
+SEARCH_DOCUMENT_PG: Final = (
+    "to_tsvector('simple'::regconfig, left(coalesce(content, '') || ' ' || "
+    "coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''), 100000))"
+)
+
 _DISPLAYED = text("active = 1 OR compacted = 1")
 _DISPLAY_BACKFILL = text(
     "(display_order IS NULL OR display_identity IS NULL) AND (active = 1 OR compacted = 1)"
@@ -344,6 +374,34 @@ messages = Table(
             text("id DESC"),
             sqlite_where=_DISPLAYED,
             postgresql_where=_DISPLAYED,
+        )
+    ),
+    # Message search on the servers (revision 0008; SQLite has upstream's FTS5 tables).
+    _searching(
+        _on_postgresql(
+            Index("idx_messages_search_tsv", text(SEARCH_DOCUMENT_PG), postgresql_using="gin")
+        )
+    ),
+    _searching(
+        _optional(
+            _on_postgresql(
+                Index(
+                    "idx_messages_search_trgm",
+                    *_SEARCHED,
+                    postgresql_using="gin",
+                    postgresql_ops={name: "gin_trgm_ops" for name in _SEARCHED},
+                )
+            )
+        )
+    ),
+    _searching(
+        _on_mysql(
+            Index(
+                "idx_messages_search_ft",
+                *_SEARCHED,
+                mysql_prefix="FULLTEXT",
+                mariadb_prefix="FULLTEXT",
+            )
         )
     ),
     mysql_charset="utf8mb4",

@@ -189,6 +189,30 @@ class AsyncSessionStore(Protocol):
         workspace_key: str | None = None,
     ) -> list[Row]: ...
 
+    async def search_messages(
+        self,
+        query: str,
+        source_filter: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        role_filter: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
+        fields: Iterable[str] | None = None,
+        include_reasoning: bool = False,
+    ) -> list[Row]: ...
+
+    async def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+    ) -> list[Row]: ...
+
     async def prune_sessions(
         self,
         older_than_days: float | None = 90,

@@ -537,6 +537,74 @@ class SyncSessionOperations:
             )
         )
 
+    def search_messages(
+        self,
+        query: str,
+        source_filter: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        role_filter: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
+        fields: Iterable[str] | None = None,
+        include_reasoning: bool = False,
+    ) -> list[Row]:
+        """Upstream's message search: the messages matching ``query`` (words, ``"phrases"``,
+        ``AND``/``OR``/``NOT``, ``prefix*``; any other character is made literal, so no query
+        is a syntax error, and one of punctuation alone finds nothing). Each hit has ``id``,
+        ``session_id``, ``role``, ``snippet`` (the match marked ``>>>``/``<<<``),
+        ``timestamp``, ``tool_name``, its session's ``source``, ``model`` and
+        ``session_started``, and ``context``: the message before it, itself and the one after
+        (``role``, ``content`` cut to 200 characters). ``fields`` keeps only those keys.
+
+        ``sort``: None ranks by relevance (BM25 on SQLite), "newest"/"oldest" by time; CJK
+        terms shorter than 3 characters are matched with LIKE, newest first. Filters: sources
+        (``source_filter``; an empty list finds nothing), ``exclude_sources``, roles
+        (``role_filter``; with "tool", tool results are searched whole). Rewound messages are
+        left out unless ``include_inactive`` (compacted ones are found); ``include_reasoning``
+        also searches assistants' reasoning. ``limit`` is 0 to 10,000, ``offset`` 0 to
+        1,000,000; a query is read up to its first 2,048 characters.
+        """
+        return self._run(
+            self._plans.search_messages(
+                query=query,
+                source_filter=source_filter,
+                exclude_sources=exclude_sources,
+                role_filter=role_filter,
+                limit=limit,
+                offset=offset,
+                sort=sort,
+                include_inactive=include_inactive,
+                fields=fields,
+                include_reasoning=include_reasoning,
+            )
+        )
+
+    def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+    ) -> list[Row]:
+        """Listed sessions (as :meth:`list_sessions_rich` rows, by activity) whose id, or
+        whose compression chain's root id, holds ``query`` (case-insensitive): an exact id
+        first, then ids starting with it, then the rest; at most ``limit``.
+        """
+        return self._run(
+            self._plans.search_sessions_by_id(
+                query=query,
+                limit=limit,
+                include_archived=include_archived,
+                source=source,
+                sources=sources,
+                exclude_sources=exclude_sources,
+            )
+        )
+
     def list_prune_candidates(
         self,
         older_than_days: float | None = None,

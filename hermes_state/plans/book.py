@@ -33,6 +33,7 @@ from .messages import MessagePlans
 from .portability import PortabilityPlans
 from .reads import _changed, _constant, _count, _first_row, _has_rows, _last_event_id, _rows, _stats
 from .retention import RetentionPlans
+from .search import SearchPlans
 from .session_flags import SessionFlagPlans
 from .session_listing import SessionListingPlans
 from .session_writes import SessionWritePlans
@@ -68,6 +69,7 @@ class PlanBook(
     TitlePlans,
     SessionFlagPlans,
     MessagePlans,
+    SearchPlans,
     SessionListingPlans,
     PortabilityPlans,
     RetentionPlans,

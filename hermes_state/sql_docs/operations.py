@@ -9,6 +9,7 @@ from .. import statements as S
 from ..models import HandoffState
 from ..statements import Capabilities, Fence, ReclaimScope
 from ..validation import require_only_states
+from .search_catalog import SEARCH_OPERATIONS
 from .sent import PER_WALK, Operation, Sent, call_of, only, sends
 from .session_catalog import SESSION_OPERATIONS
 
@@ -585,6 +586,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     _O(_READS, "has_pending_handoffs", "", "has_pending_handoffs()", only(S.has_pending_handoffs)),
     _O(_READS, "handoff_stats", "", "handoff_stats()", _stats),
     *SESSION_OPERATIONS,
+    *SEARCH_OPERATIONS,
 )
 
 #: Builders of :mod:`hermes_state.statements` no operation sends, and why.

@@ -278,6 +278,8 @@ def upgrade() -> None:
         for index in sorted(metadata.tables[table_name].indexes, key=lambda i: str(i.name)):
             if index.name in existing or not _applies(index, dialect):
                 continue
+            if index.info.get("revision"):
+                continue  # a later revision's (the search indexes of 0008)
             _create_index(index, inspector)
             record(INDEX, table_name, str(index.name))
 

@@ -179,6 +179,7 @@ def test_every_command_prints_one_json_document(path: Path, db: SessionDB, tmp_p
         ("session", "list"),
         ("session", "show", "s1"),
         ("session", "messages", "s1"),
+        ("session", "search", "hello"),
         ("handoff", "show", "s1"),
         ("handoff", "list"),
         ("handoff", "history", "s1"),
@@ -782,6 +783,7 @@ READERS = {
     ("session", "show"),
     ("session", "messages"),
     ("session", "export"),  # reads the database; writes only its own output file
+    ("session", "search"),
     ("handoff", "wait"),
     ("handoff", "show"),
     ("handoff", "list"),

@@ -674,3 +674,42 @@ def test_the_dashboard_shows_an_upstream_file_not_adopted_yet(tmp_path: Path) ->
         assert "read_file (call_cb5c3e1f46ce)" in page.text  # the result names its tool
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
+
+
+# -- message search ---------------------------------------------------------------------------
+
+
+def test_search_page_lists_hits_linking_to_their_session(db: SessionDB) -> None:
+    put(db, "talk/1", None)
+    first = db.append_message("talk/1", "user", "where is the <zanzibar> ledger?")
+    db.append_message("talk/1", "assistant", "nothing to see")
+    with client_for(db) as client:
+        home = client.get("/")
+        assert 'action="/search"' in home.text  # the box is on every page
+        page = client.get("/search", params={"q": "zanzibar"})
+        assert page.status_code == 200
+        assert f'href="{session_path("talk/1")}#message-{first}"' in page.text
+        assert "<mark>zanzibar</mark>" in page.text
+        assert "&lt;" in page.text
+        assert "<zanzibar>" not in page.text
+        session = client.get(session_path("talk/1"))
+        assert f'id="message-{first}"' in session.text
+        none = client.get("/search", params={"q": "quokka"})
+        assert 'id="no-hits"' in none.text
+        assert 'id="hits"' not in client.get("/search").text
+
+
+def test_search_api_is_search_messages(db: SessionDB) -> None:
+    put(db, "s1", None)
+    db.append_message("s1", "user", "大别山项目 deploy")
+    with client_for(db) as client:
+        found = client.get("/api/search", params={"q": "大别山"}).json()
+        assert found["q"] == "大别山"
+        [hit] = found["hits"]
+        assert hit["session_id"] == "s1"
+        assert set(hit) >= {"id", "snippet", "context", "source", "session_started"}
+        assert client.get("/api/search", params={"q": "!!!"}).json()["hits"] == []
+        bad = client.get("/api/search", params={"q": "deploy", "limit": "0"})
+        assert bad.status_code == 400
+        assert "between 1 and 500" in bad.json()["error"]
+        assert client.get("/search", params={"q": "x", "limit": "many"}).status_code == 400

@@ -116,6 +116,8 @@ FRAGMENTS = (
     'list_sessions_rich(source="cli", limit=20)',
     # -- portability
     "result = db.import_sessions(exported)",
+    # -- search (issue 24)
+    'db.search_messages("deploy script*"',
 )
 
 
@@ -246,6 +248,11 @@ def test_the_portability_example(tmp_path: Path, isolated_home: Path) -> None:
     assert result.stdout == ""  # far below the export limit
     with SessionDB(isolated_home / "state.db") as db:
         assert db.get_session("p1")["system_prompt"] == "be brief"  # type: ignore[index]
+
+
+def test_the_search_example(tmp_path: Path, isolated_home: Path) -> None:
+    result = run_example(example('db.search_messages("deploy script*"'), tmp_path, {})
+    assert result.returncode == 0, result.stderr  # its own asserts held
 
 
 def test_the_transcript_example(tmp_path: Path, isolated_home: Path) -> None:

@@ -481,6 +481,34 @@ EXAMPLES: dict[str, Example] = {
     "search_sessions.filtered": _now(
         lambda db: db.search_sessions(source=["cli", "tui"], workspace_key="/work")
     ),
+    # -- search (issue 24)
+    # No word "deployscript" was written: the substring retry finds it.
+    "search_messages": _after(
+        lambda db: db.append_message("idle", "assistant", "the deployscripts ran"),
+        lambda db: db.search_messages("deployscript"),
+    ),
+    # Past the ranked candidates (1,000 newest on SQLite, 200 on PostgreSQL).
+    "search_messages.deep": _after(
+        lambda db: db.append_messages_batch(
+            "idle", [{"role": "user", "content": f"common {n}"} for n in range(1_010)]
+        ),
+        lambda db: db.search_messages("common", limit=5, offset=1_005),
+    ),
+    "search_messages.cjk": _after(
+        lambda db: db.append_message("idle", "user", "去大别山项目现场"),
+        lambda db: db.search_messages(
+            "大别山项目",
+            source_filter=["cli"],
+            exclude_sources=["cron"],
+            role_filter=["user"],
+            sort="newest",
+        ),
+    ),
+    "search_messages.scan": _after(
+        lambda db: db.append_message("idle", "user", "广西的桂林"),
+        lambda db: db.search_messages("广西 OR 桂林"),
+    ),
+    "search_sessions_by_id": _now(lambda db: db.search_sessions_by_id("pend")),
     "get_handoff_state": _now(lambda db: db.get_handoff_state("idle")),
     "has_pending_handoffs": _now(lambda db: db.has_pending_handoffs()),
     "handoff_stats": _now(lambda db: db.handoff_stats()),

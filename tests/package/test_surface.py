@@ -106,9 +106,14 @@ def public_methods(cls: type) -> set[str]:
 
 
 def test_the_static_helpers_are_the_same_function_on_every_store() -> None:
-    assert {"sanitize_title"} == STATIC_HELPERS
+    assert {"sanitize_title", "_sanitize_fts5_query", "_contains_cjk", "_count_cjk"} == (
+        STATIC_HELPERS
+    )
     for cls in (SessionDB, NativeAsyncSessionDB, AbsentStore):
         assert cls.sanitize_title("  a\u200b  b ") == "a b"
+        assert cls._sanitize_fts5_query("chat-send*") == '"chat-send"*'
+        assert cls._contains_cjk("a 大")
+        assert cls._count_cjk("大别山 a") == 3
 
 
 # -- the Protocols ---------------------------------------------------------------------------
@@ -258,7 +263,7 @@ SAMPLES: dict[str, Any] = {
     "around_message_id": 1,
     "target_message_id": 1,
     # -- search (issue 24)
-    #
+    "query": "zanzibar",
     # -- retention (issue 24)
     #
     # -- portability (issue 24)
@@ -388,6 +393,8 @@ BAD = {
     "value": 7,
     # -- messages
     "messages": "not a list",
+    # -- search (issue 24)
+    "query": 7,
 }
 
 

@@ -1,0 +1,7 @@
+-- statements.messages_by_ids(dialect='mysql'), sent by search_messages('deployscript')
+-- MySQL 8.0 (PyMySQL): step 4 of 4.
+-- :ids is a list: one parameter per item.
+
+SELECT messages.id, messages.`role`, messages.content
+FROM messages
+WHERE messages.id IN (:ids);

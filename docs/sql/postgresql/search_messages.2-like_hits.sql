@@ -1,0 +1,15 @@
+-- statements.like_hits(dialect='postgresql', shape=((False,),), order=None, chosen=SearchFilter(include_inactive=False, by_sources=False, excluding_sources=False, by_roles=False)), sent by search_messages('deployscript')
+-- PostgreSQL (psycopg): step 2 of 4, only when the words found nothing (MariaDB: also for words of 1, 2 or more than 84 characters, which its index does not hold).
+
+SELECT messages.id, messages.session_id, messages.role, messages.content, messages.timestamp,
+    messages.tool_name, sessions.source, sessions.model, sessions.started_at AS session_started,
+    messages.tool_calls
+FROM messages
+JOIN sessions ON sessions.id = messages.session_id
+WHERE (messages.content ILIKE :t0_0::VARCHAR ESCAPE '!'
+    OR messages.tool_name ILIKE :t0_0::VARCHAR ESCAPE '!'
+    OR messages.tool_calls ILIKE :t0_0::VARCHAR ESCAPE '!') AND (messages.active = 1
+        OR messages.compacted = 1) AND coalesce(messages.display_kind, '') != 'hidden'
+ORDER BY messages.timestamp DESC, messages.id DESC
+LIMIT :limit
+OFFSET :offset;

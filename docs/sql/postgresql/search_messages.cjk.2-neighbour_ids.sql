@@ -1,0 +1,21 @@
+-- statements.neighbour_ids(dialect='postgresql'), sent by search_messages('大别山项目', source_filter=[...], exclude_sources=[...], role_filter=[...], sort='newest')
+-- PostgreSQL (psycopg): step 2 of 3, each hit's neighbours, then their text (once for the whole page).
+-- Parameters the statement carries: :param_1 = 1, :param_2 = 1.
+
+SELECT target.id, (
+  SELECT before.id
+  FROM messages AS before
+  WHERE before.session_id = target.session_id AND (before.timestamp < target.timestamp
+      OR before.timestamp = target.timestamp AND before.id < target.id)
+  ORDER BY before.timestamp DESC, before.id DESC
+  LIMIT :param_1::INTEGER
+) AS before_id, (
+  SELECT after.id
+  FROM messages AS after
+  WHERE after.session_id = target.session_id AND (after.timestamp > target.timestamp
+      OR after.timestamp = target.timestamp AND after.id > target.id)
+  ORDER BY after.timestamp ASC, after.id ASC
+  LIMIT :param_2::INTEGER
+) AS after_id
+FROM messages AS target
+WHERE target.id = ANY (:ids::INTEGER[]);

@@ -1,0 +1,13 @@
+-- statements.fts_candidates(index='messages_fts', chosen=SearchFilter(include_inactive=False, by_sources=False, excluding_sources=False, by_roles=False)), sent by search_messages('common', limit=5, offset=1005)
+-- SQLite (pysqlite): step 2 of 6.
+-- Parameters the statement carries: :param_1 = 0.
+
+SELECT messages_fts.rowid AS id, messages_fts.rank AS relevance
+FROM messages_fts
+JOIN messages ON messages.id = messages_fts.rowid
+JOIN sessions ON sessions.id = messages.session_id
+WHERE (messages_fts MATCH :query) AND (messages.active = 1 OR messages.compacted = 1)
+    AND coalesce(messages.display_kind, '') != 'hidden'
+ORDER BY messages_fts.rowid DESC
+LIMIT :candidates
+OFFSET :param_1;

@@ -1,0 +1,26 @@
+-- statements.neighbour_ids(dialect='sqlite'), sent by search_messages('common', limit=5, offset=1005)
+-- SQLite (pysqlite): step 5 of 6, each hit's neighbours, then their text (once for the whole page).
+-- Parameters the statement carries: :param_1 = 1, :param_2 = 0, :param_3 = 1, :param_4 = 0.
+
+SELECT target.id, (
+  SELECT "before".id
+  FROM messages AS "before"
+  WHERE "before".session_id = target.session_id AND ("before".timestamp < target.timestamp
+      OR "before".timestamp = target.timestamp AND "before".id < target.id)
+  ORDER BY "before".timestamp DESC, "before".id DESC
+  LIMIT :param_1
+  OFFSET :param_2
+) AS before_id, (
+  SELECT "after".id
+  FROM messages AS "after"
+  WHERE "after".session_id = target.session_id AND ("after".timestamp > target.timestamp
+      OR "after".timestamp = target.timestamp AND "after".id > target.id)
+  ORDER BY "after".timestamp ASC, "after".id ASC
+  LIMIT :param_3
+  OFFSET :param_4
+) AS after_id
+FROM messages AS target
+WHERE target.id IN (
+  SELECT ids.value
+  FROM json_each(:ids) AS ids
+);
