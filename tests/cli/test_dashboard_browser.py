@@ -275,7 +275,7 @@ def test_without_javascript_the_pages_are_a_static_view(tmp_path: Path, database
             assert len(listed) == 2
             assert "bot was blocked by the user" in driver.find_element(By.ID, "handoffs").text
             # The filter form and the links work without a script.
-            driver.find_element(By.NAME, "q").send_keys("failed")
+            driver.find_element(By.CSS_SELECTOR, "form.filter input[name=q]").send_keys("failed")
             driver.find_element(By.CSS_SELECTOR, "form.filter button").click()
             wait_for(driver, lambda d: "q=failed" in d.current_url, "the filtered page")
             assert len(driver.find_elements(By.CSS_SELECTOR, "#handoffs tbody tr")) == 1
