@@ -60,56 +60,74 @@ SOAK_TIMEOUT = 3600
 
 #: Modules whose server variants repeat, on PostgreSQL and MariaDB, what their SQLite variant
 #: proves above the statements (command-line rendering, dry-run predictions, previews, input
-#: checks, promotion of each upstream vintage); the statements themselves are proven on every
-#: server by the transition, ownership, audit, round-trip and SQL-docs tests of the default run.
+#: checks, promotion of each upstream vintage and of hand-made files, backups and exports through
+#: the command line); the statements themselves are proven on every server by the transition,
+#: ownership, audit, round-trip, search, retention, portability and SQL-docs tests of the
+#: default run.
 SERVER_REPEATS = frozenset(
     {
         "test_bad_input",
         "test_cli_db",
+        "test_cli_retention",
         "test_copy_schema30",
         "test_dashboard",
+        "test_db_backup",
         "test_db_dry_run",
         "test_downgrade_safety",
+        "test_multihost_urls",
         "test_operator_commands",
+        "test_promotion",
+        "test_session_portability",
         "test_validation",
         "test_vintages",
     }
 )
-SERVERS = frozenset({"postgresql", "mysql"})
-#: Modules of upstream's session and message operations: their plans run through the native
-#: asyncio store on a server in the full matrix only. The default run proves each plan on every
-#: server through SessionDB, and the native store's server drivers (asyncpg, aiomysql) on every
-#: operation family through test_async, test_session_reads and the SQL-docs tests.
-UPSTREAM_OPERATIONS = frozenset(
+#: Tests whose server variants repeat their SQLite run: the migrations walked one step at a time
+#: (the default run upgrades each server to head and compares it with the models, and goes down
+#: and up again with data), and the search fuzzing of every character (the default run searches
+#: every operator and punctuation rule on every server).
+SERVER_REPEAT_TESTS = frozenset(
     {
-        "test_fenced_appends",
-        "test_messages",
-        "test_session_flags",
-        "test_session_listing",
-        "test_session_writes",
-        "test_title_sources",
-        "test_turn_lease_waits",
+        "test_alembic_command_line_from_the_repository_root",
+        "test_each_step_goes_down_and_up_again",
+        "test_models_match_detects_drift",
+        "test_no_character_is_a_syntax_error_on_any_backend",
+        "test_round_trip_step_by_step",
     }
 )
+#: Process tests whose MariaDB variant repeats what PostgreSQL's proves with the same statements
+#: through the same watcher: several watchers racing one backlog, SIGKILL at each point of a
+#: delivery. The default run races processes on MariaDB in test_concurrency and test_batch_claims.
+MARIADB_REPEATS = frozenset({"test_crash_kit", "test_watch_pipeline"})
+SERVERS = frozenset({"postgresql", "mysql"})
+#: The modules where the native asyncio store runs on a server in the default run: its drivers
+#: (asyncpg, aiomysql) and its runner on every operation family, and every transition. Elsewhere
+#: its server variants are in the full matrix: the plans it runs are the ones SessionDB runs on
+#: every server in the default run, and on SQLite it runs everywhere.
+NATIVE_ON_SERVERS = frozenset({"test_async", "test_session_reads", "test_transitions"})
 
 
 def in_full_matrix(item: pytest.Item) -> bool:
     """Whether ``item`` belongs to the full matrix (``pytest -m full``) rather than the default
-    run: a server variant of a module in ``SERVER_REPEATS``, the thread-wrapper store
-    (``AsyncSessionDB``, which runs ``SessionDB``'s own code in a thread) on a server, or a
-    sequential model check on a server (the concurrent one stays), or the native asyncio store
-    on a server in a module of ``UPSTREAM_OPERATIONS``."""
+    run: the thread-wrapper store (``AsyncSessionDB``, which runs ``SessionDB``'s own code in a
+    thread) outside ``test_async``; and on a server: a variant of a module in
+    ``SERVER_REPEATS`` or of a test in ``SERVER_REPEAT_TESTS``, the MariaDB variant of a module
+    in ``MARIADB_REPEATS``, the native asyncio store outside ``NATIVE_ON_SERVERS``, the
+    sequential model check (the concurrent one stays)."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None:
+    if callspec is None or not isinstance(item, pytest.Function):
         return False
     values = {value for value in callspec.params.values() if isinstance(value, str)}
+    module = item.module.__name__.rpartition(".")[2]
+    if "threaded" in values and module != "test_async":
+        return True
     if not values & SERVERS:
         return False
-    module = item.module.__name__.rpartition(".")[2] if isinstance(item, pytest.Function) else ""
     return (
         module in SERVER_REPEATS
-        or "threaded" in values
-        or ("native" in values and module in UPSTREAM_OPERATIONS)
+        or item.originalname in SERVER_REPEAT_TESTS
+        or ("mysql" in values and module in MARIADB_REPEATS)
+        or ("native" in values and module not in NATIVE_ON_SERVERS)
         or item.originalname == "test_database_never_diverges_from_the_model"
     )
 

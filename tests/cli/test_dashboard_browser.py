@@ -24,7 +24,9 @@ from tests.support.processes import DashboardProcess, run_cli
 from tests.support.stores import HandClock, put
 from tests.support.vintages import REAL_SCHEMA30
 
-pytestmark = SERIAL  # one headless Chromium at a time, waiting on live updates
+# One headless Chromium at a time, waiting on live updates. Three pages run in the default run
+# (rows and errors, live updates, the token); the others are in the full matrix.
+pytestmark = SERIAL
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -231,6 +233,7 @@ def test_an_action_is_refused_without_the_token_and_accepted_with_it(
         )
 
 
+@pytest.mark.full
 def test_a_read_only_dashboard_offers_no_actions(browser: Any, database: Path) -> None:
     with DashboardProcess(database) as dashboard:
         browser.get(dashboard.base + "/")
@@ -238,6 +241,7 @@ def test_a_read_only_dashboard_offers_no_actions(browser: Any, database: Path) -
         assert browser.find_elements(By.CSS_SELECTOR, "button.action") == []
 
 
+@pytest.mark.full
 def test_a_session_shows_its_timeline_and_transcript(browser: Any, database: Path) -> None:
     with DashboardProcess(database, token=TOKEN) as dashboard:
         browser.get(dashboard.base + "/")
@@ -264,6 +268,7 @@ def test_a_session_shows_its_timeline_and_transcript(browser: Any, database: Pat
         )
 
 
+@pytest.mark.full
 def test_without_javascript_the_pages_are_a_static_view(tmp_path: Path, database: Path) -> None:
     driver = launch(tmp_path, javascript=False)
     try:
@@ -286,6 +291,7 @@ def test_without_javascript_the_pages_are_a_static_view(tmp_path: Path, database
         driver.quit()
 
 
+@pytest.mark.full
 def test_an_upstream_file_not_adopted_yet_shows_its_tool_calls(
     browser: Any, tmp_path: Path
 ) -> None:

@@ -23,7 +23,8 @@ from tests.support.digest import database_digest, forget
 from tests.support.processes import wait_until
 
 # A writer of its own process: sessions of five messages each (the session in one transaction,
-# its five messages and its message_count in the next) until the stop file appears; the number of sessions written so far in the count file.
+# its five messages and its message_count in the next) until the stop file appears; the number
+# of sessions written so far in the count file.
 WRITER = textwrap.dedent(
     """
     import sys

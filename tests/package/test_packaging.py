@@ -25,7 +25,8 @@ from tests.support.mutants import (
 )
 
 # One worker builds the wheel and installs it (module fixtures) for every test here.
-pytestmark = pytest.mark.xdist_group("packaging")
+# Building and installing the wheel takes half a minute: in the full matrix (CI runs it).
+pytestmark = [pytest.mark.xdist_group("packaging"), pytest.mark.full]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE_ENV = "HERMES_STATE_TEST_WHEELHOUSE"

@@ -70,6 +70,8 @@ def test_the_files_are_what_the_builders_render_now() -> None:
     assert problems == [], f"docs/sql is out of date; run `{REGENERATE}`"
 
 
+# Two interpreters rendering every file: in the full matrix; the default run renders them here.
+@pytest.mark.full
 @pytest.mark.parametrize("seed", ["1", "4242"])
 def test_the_command_renders_the_same_files_in_any_process(seed: str) -> None:
     """Nothing depends on hash order, addresses or the clock: ``--check`` in a process with
