@@ -447,7 +447,7 @@ def _everything_offline() -> list[tuple[str, str, str]]:
         records += [
             (INDEX, table_name, str(index.name))
             for index in metadata.tables[table_name].indexes
-            if _applies(index, target_dialect(op.get_bind()))
+            if _applies(index, target_dialect(op.get_bind())) and not index.info.get("revision")
         ]
     records += [(DROPPED, table_name, name) for name, table_name, _, _ in DUPLICATES]
     return [*records, (NOT_NULL, "messages", "active")]
