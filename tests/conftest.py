@@ -231,17 +231,21 @@ class _MigratedTemplates:
         self._urls: dict[str, URL] = {}
         self._tables: dict[str, list[tuple[str, str, bool]]] = {}
 
-    def sqlite_copy(self, folder: Path) -> URL:
-        """A copy of the migrated SQLite file as ``folder``/state.db."""
+    def sqlite_file(self) -> Path:
+        """The migrated SQLite file itself (never to be opened: copy it)."""
         if "sqlite" not in self._urls:
             scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
             url = sqlite_url(scratch)
-            schema.upgrade(url)
+            _store_bring_current(url, None, auto_upgrade=True)
             # Closed, so all of it is in the main file: no write-ahead log to copy along.
             assert not Path(f"{url.database}-wal").exists()
             self._urls["sqlite"] = url
+        return Path(str(self._urls["sqlite"].database))
+
+    def sqlite_copy(self, folder: Path) -> URL:
+        """A copy of the migrated SQLite file as ``folder``/state.db."""
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(str(self._urls["sqlite"].database), folder / "state.db")
+        shutil.copyfile(self.sqlite_file(), folder / "state.db")
         return sqlite_url(folder)
 
     def template(self, backend: str) -> URL:
@@ -300,11 +304,39 @@ class _MigratedTemplates:
 
 
 _templates = _MigratedTemplates()
+_store_bring_current = schema.bring_current
+_real_upgrade = schema.upgrade
+
+
+def _bring_a_new_file_current_by_copy(
+    url: URL, revision: str | None, *, auto_upgrade: bool
+) -> None:
+    """``schema.bring_current`` for the tests' stores: a new, absent or empty SQLite file that a
+    store would migrate from nothing gets a copy of this worker's migrated file instead (a
+    quarter of a second of Alembic saved per store; ``tests/migrations/test_migrations.py``
+    checks that the copy is what the migrations make). Anything else, or a test that replaced
+    ``schema.upgrade``, takes the real path."""
+    database = url.database if store_engines.is_sqlite(url) else None
+    if (
+        auto_upgrade
+        and revision is None
+        and database not in (None, "", ":memory:")
+        and not url.query
+        and schema.upgrade is _real_upgrade
+    ):
+        path = Path(database)
+        new = not path.exists() or path.stat().st_size == 0
+        if new and path.parent.is_dir() and not Path(f"{database}-wal").exists():
+            shutil.copyfile(_templates.sqlite_file(), path)
+            return
+    _store_bring_current(url, revision, auto_upgrade=auto_upgrade)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _drop_migrated_templates() -> Iterator[None]:
-    yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(schema, "bring_current", _bring_a_new_file_current_by_copy)
+        yield
     _templates.close()
 
 
