@@ -195,9 +195,14 @@ class Output:
                 continue
             typed = _mask_password(typed_url)
             backend, _, rest = shown.partition("://")
-            for driver in ("psycopg", "asyncpg", "pymysql", "aiomysql", "pysqlite", "aiosqlite"):
-                flat = flat.replace(f"{backend.split('+')[0]}+{driver}://{rest}", typed)
-            flat = flat.replace(shown, typed)
+            # Where the text already names the URL as typed (a command to run, say), that
+            # stays: an SQLite path is a part of its own URL.
+            pieces = flat.split(typed)
+            for index, piece in enumerate(pieces):
+                for driver in DRIVERS_NAMED_IN_URLS:
+                    piece = piece.replace(f"{backend.split('+')[0]}+{driver}://{rest}", typed)
+                pieces[index] = piece.replace(shown, typed)
+            flat = typed.join(pieces)
         return flat
 
     def emit(self, result: Result) -> None:
@@ -237,6 +242,18 @@ def unknown_session(session_id: str) -> Result:
         code=EXIT_REFUSED,
         error=f"no session {session_id!r}",
     )
+
+
+#: The drivers a URL may name (``postgresql+psycopg://...``): a message naming a database with
+#: one is shown with the URL as the user typed it.
+DRIVERS_NAMED_IN_URLS: Final = (
+    "psycopg",
+    "asyncpg",
+    "pymysql",
+    "aiomysql",
+    "pysqlite",
+    "aiosqlite",
+)
 
 
 def _mask_password(text: str) -> str:

@@ -875,6 +875,17 @@ def test_errors_quote_the_environment_url(tmp_path: Path) -> None:
     assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_missing_file_named_by_url_is_quoted_once_as_typed(tmp_path: Path) -> None:
+    """The advice repeats the URL as it was typed, not its path with the scheme doubled."""
+    typed = f"sqlite:///{tmp_path / 'missing.db'}"
+    result = run("db", "current", "--url", typed)
+    assert result.returncode != 0
+    assert f"there is no database at {typed};" in result.stderr
+    assert f"`hermes-state db upgrade --url {typed}` creates one" in result.stderr
+    assert "sqlite:///sqlite:" not in result.stderr
+    assert not (tmp_path / "missing.db").exists()
+
+
 def test_ids_print_as_they_are_and_line_up(path: Path, db: SessionDB) -> None:
     """A bidirectional control in an id is shown as its escape (it would reverse the line),
     wide characters take two columns, and --json keeps non-ASCII text readable."""
