@@ -236,7 +236,7 @@ class _MigratedTemplates:
         if "sqlite" not in self._urls:
             scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
             url = sqlite_url(scratch)
-            _store_bring_current(url, None, auto_upgrade=True)
+            schema.upgrade(url)
             # Closed, so all of it is in the main file: no write-ahead log to copy along.
             assert not Path(f"{url.database}-wal").exists()
             self._urls["sqlite"] = url

@@ -195,13 +195,17 @@ class Output:
                 continue
             typed = _mask_password(typed_url)
             backend, _, rest = shown.partition("://")
+            spellings = [
+                f"{backend.split('+')[0]}+{driver}://{rest}"
+                for driver in ("psycopg", "asyncpg", "pymysql", "aiomysql", "pysqlite", "aiosqlite")
+            ]
             # Where the text already names the URL as typed (a command to run, say), that
             # stays: an SQLite path is a part of its own URL.
             pieces = flat.split(typed)
             for index, piece in enumerate(pieces):
-                for driver in DRIVERS_NAMED_IN_URLS:
-                    piece = piece.replace(f"{backend.split('+')[0]}+{driver}://{rest}", typed)
-                pieces[index] = piece.replace(shown, typed)
+                for spelling in [*spellings, shown]:
+                    piece = piece.replace(spelling, typed)
+                pieces[index] = piece
             flat = typed.join(pieces)
         return flat
 
@@ -242,18 +246,6 @@ def unknown_session(session_id: str) -> Result:
         code=EXIT_REFUSED,
         error=f"no session {session_id!r}",
     )
-
-
-#: The drivers a URL may name (``postgresql+psycopg://...``): a message naming a database with
-#: one is shown with the URL as the user typed it.
-DRIVERS_NAMED_IN_URLS: Final = (
-    "psycopg",
-    "asyncpg",
-    "pymysql",
-    "aiomysql",
-    "pysqlite",
-    "aiosqlite",
-)
 
 
 def _mask_password(text: str) -> str:
